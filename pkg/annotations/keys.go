@@ -1,0 +1,102 @@
+package annotations
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Default names of the resources a container requests.
+const (
+	// ResourceGPU is the number of distinct cards a container gets.
+	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+	// ResourceGPUMem is the memory in MiB a container wants on each of its cards.
+	ResourceGPUMem corev1.ResourceName = "nvidia.com/gpumem"
+	// ResourceGPUMemPercentage is the percentage (1-100) of each card's memory a container wants.
+	ResourceGPUMemPercentage corev1.ResourceName = "nvidia.com/gpumem-percentage"
+	// ResourceGPUCores is the percentage (0-100) of each card's compute a container wants.
+	ResourceGPUCores corev1.ResourceName = "nvidia.com/gpucores"
+)
+
+// Pod annotations a user writes.
+const (
+	// UseGPUType is a comma list; a card's model must contain one entry (case-insensitive).
+	UseGPUType = "nvidia.com/use-gputype"
+	// NoUseGPUType is a comma list; a card's model must contain none of the entries.
+	NoUseGPUType = "nvidia.com/nouse-gputype"
+	// UseGPUUUID is a comma list; a card's UUID must equal one entry.
+	UseGPUUUID = "nvidia.com/use-gpuuuid"
+	// NoUseGPUUUID is a comma list; a card's UUID must equal none of the entries.
+	NoUseGPUUUID = "nvidia.com/nouse-gpuuuid"
+	// NUMABind set to "true" puts all cards of one container on one NUMA node.
+	NUMABind = "nvidia.com/numa-bind"
+	// NodePolicy overrides the scheduler's default node policy for this pod.
+	NodePolicy = "cardinal.io/node-policy"
+	// GPUPolicy overrides the scheduler's default card policy for this pod.
+	GPUPolicy = "cardinal.io/gpu-policy"
+)
+
+// Annotations only Cardinal writes.
+const (
+	// GPUInventory is on a Node, written by the device plugin: the node's cards (Inventory).
+	GPUInventory = "cardinal.io/gpu-inventory"
+	// GPUAssignment is on a Pod, written by the extender at bind: the cards of each container (Assignment).
+	GPUAssignment = "cardinal.io/gpu-assignment"
+	// GPUAllocated is on a Pod, written by the device plugin: the devices the kubelet gave (Allocation).
+	GPUAllocated = "cardinal.io/gpu-allocated"
+)
+
+// InternalKeys are the annotations only Cardinal's own components may write. A pod created with any of
+// them, or changed in them by anyone else, is refused at admission.
+var InternalKeys = []string{GPUInventory, GPUAssignment, GPUAllocated}
+
+// UserKeys are the pod annotations a user may write.
+var UserKeys = []string{UseGPUType, NoUseGPUType, UseGPUUUID, NoUseGPUUUID, NUMABind, NodePolicy, GPUPolicy}
+
+// IsInternal reports whether key is one of InternalKeys.
+func IsInternal(key string) bool {
+	for _, k := range InternalKeys {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// ResourceNames are the names of the four managed resources. Clusters that already use other names
+// configure them; the zero value is not valid, start from DefaultResourceNames.
+type ResourceNames struct {
+	GPU           corev1.ResourceName
+	Mem           corev1.ResourceName
+	MemPercentage corev1.ResourceName
+	Cores         corev1.ResourceName
+}
+
+// DefaultResourceNames returns the v1 default names.
+func DefaultResourceNames() ResourceNames {
+	return ResourceNames{GPU: ResourceGPU, Mem: ResourceGPUMem, MemPercentage: ResourceGPUMemPercentage, Cores: ResourceGPUCores}
+}
+
+// All returns the four names, GPU first.
+func (n ResourceNames) All() []corev1.ResourceName {
+	return []corev1.ResourceName{n.GPU, n.Mem, n.MemPercentage, n.Cores}
+}
+
+// Validate checks that every name is set, qualified (domain/name) and distinct.
+func (n ResourceNames) Validate() error {
+	seen := map[corev1.ResourceName]bool{}
+	for i, r := range n.All() {
+		field := [...]string{"gpu", "gpumem", "gpumem-percentage", "gpucores"}[i]
+		switch {
+		case r == "":
+			return fmt.Errorf("resource name for %s is empty", field)
+		case !strings.Contains(string(r), "/"):
+			return fmt.Errorf("resource name for %s: %q is not a qualified name (domain/name)", field, r)
+		case seen[r]:
+			return fmt.Errorf("resource name for %s: %q is used twice", field, r)
+		}
+		seen[r] = true
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+package annotations
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Version is the major version of every record this package writes.
+const Version = 1
+
+// SlotSeparator joins a card's UUID and a share slot in a device ID: `<UUID>::<k>`.
+const SlotSeparator = "::"
+
+// GPU is one card as the device plugin saw it.
+type GPU struct {
+	UUID      string `json:"uuid"`
+	Index     int    `json:"index"`
+	Model     string `json:"model"`
+	MemoryMiB int64  `json:"memoryMiB"`
+	// NUMA is the card's NUMA node; negative means unknown.
+	NUMA    int  `json:"numa"`
+	Healthy bool `json:"healthy"`
+	// Shares is how many pods may share the card; 1 means whole-card use only.
+	Shares int `json:"shares"`
+}
+
+// DeviceIDs returns the IDs the device plugin advertises for the card: the UUID when it is not
+// shared, otherwise one slot ID per share.
+func (g *GPU) DeviceIDs() []string {
+	if g.Shares <= 1 {
+		return []string{g.UUID}
+	}
+	ids := make([]string, g.Shares)
+	for k := range ids {
+		ids[k] = SlotID(g.UUID, k)
+	}
+	return ids
+}
+
+// Inventory is the Node annotation GPUInventory: every card on the node.
+type Inventory struct {
+	V    int   `json:"v"`
+	GPUs []GPU `json:"gpus"`
+}
+
+// Assignment is the Pod annotation GPUAssignment, written by the extender at bind.
+type Assignment struct {
+	V    int    `json:"v"`
+	Node string `json:"node"`
+	// Containers lists every container that requested GPUs, init containers first.
+	Containers []ContainerAssignment `json:"containers"`
+}
+
+// ContainerAssignment is the cards one container gets.
+type ContainerAssignment struct {
+	Name    string             `json:"name"`
+	Init    bool               `json:"init,omitempty"`
+	Devices []DeviceAssignment `json:"devices"`
+}
+
+// DeviceAssignment is one card of a container: the device ID the kubelet will hand over, and what
+// the container reserves on the card.
+type DeviceAssignment struct {
+	UUID string `json:"uuid"`
+	// ID is the device ID as advertised to the kubelet: the UUID, or `<UUID>::<k>` for a share slot.
+	ID        string `json:"id"`
+	MemoryMiB int64  `json:"memoryMiB"`
+	Cores     int    `json:"cores"`
+}
+
+// IDs returns the container's device IDs in order.
+func (c *ContainerAssignment) IDs() []string {
+	ids := make([]string, len(c.Devices))
+	for i, d := range c.Devices {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+// Container returns the assignment of the named container, or nil.
+func (a *Assignment) Container(name string) *ContainerAssignment {
+	for i := range a.Containers {
+		if a.Containers[i].Name == name {
+			return &a.Containers[i]
+		}
+	}
+	return nil
+}
+
+// Allocation is the Pod annotation GPUAllocated, written by the device plugin: the device IDs the
+// kubelet gave each container. For pods Cardinal did not schedule it is the only record of their cards.
+type Allocation struct {
+	V    int    `json:"v"`
+	Node string `json:"node"`
+	// Containers lists every container holding devices of the managed resource.
+	Containers []ContainerAllocation `json:"containers"`
+}
+
+// ContainerAllocation is what the kubelet gave one container.
+type ContainerAllocation struct {
+	Name string   `json:"name"`
+	IDs  []string `json:"ids"`
+	// Source says how the plugin learned it: "allocate" (its own Allocate answer) or
+	// "podresources" (the kubelet's record, for pods it did not see through Allocate).
+	Source string `json:"source,omitempty"`
+}
+
+// Allocation sources.
+const (
+	SourceAllocate     = "allocate"
+	SourcePodResources = "podresources"
+)
+
+// SlotID formats the device ID of share slot k of a card.
+func SlotID(uuid string, k int) string { return uuid + SlotSeparator + strconv.Itoa(k) }
+
+// ParseDeviceID splits a device ID into the card UUID and the slot; slot is -1 for a whole card.
+func ParseDeviceID(id string) (uuid string, slot int, err error) {
+	u, s, found := strings.Cut(id, SlotSeparator)
+	if !found {
+		if err := checkUUID(id); err != nil {
+			return "", 0, fmt.Errorf("device ID %q: %w", id, err)
+		}
+		return id, -1, nil
+	}
+	if err := checkUUID(u); err != nil {
+		return "", 0, fmt.Errorf("device ID %q: %w", id, err)
+	}
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 0 || strconv.Itoa(k) != s {
+		return "", 0, fmt.Errorf("device ID %q: slot %q is not a non-negative integer", id, s)
+	}
+	return u, k, nil
+}
+
+func checkUUID(u string) error {
+	switch {
+	case u == "":
+		return fmt.Errorf("empty UUID")
+	case strings.ContainsAny(u, ", \t\n\"") || strings.Contains(u, SlotSeparator):
+		return fmt.Errorf("UUID %q contains a separator or space", u)
+	}
+	return nil
+}
+
+// EncodeInventory validates and encodes an inventory; V is set to Version.
+func EncodeInventory(inv Inventory) (string, error) {
+	inv.V = Version
+	if err := inv.validate(); err != nil {
+		return "", err
+	}
+	return encode(inv)
+}
+
+// DecodeInventory decodes and validates the GPUInventory annotation.
+func DecodeInventory(s string) (Inventory, error) {
+	var inv Inventory
+	if err := decode(GPUInventory, s, &inv, &inv.V); err != nil {
+		return Inventory{}, err
+	}
+	if err := inv.validate(); err != nil {
+		return Inventory{}, err
+	}
+	return inv, nil
+}
+
+func (inv *Inventory) validate() error {
+	seen := make(map[string]bool, len(inv.GPUs))
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if err := checkUUID(g.UUID); err != nil {
+			return errorf(GPUInventory, "gpus[%d].uuid: %v", i, err)
+		}
+		if seen[g.UUID] {
+			return errorf(GPUInventory, "gpus[%d].uuid: %s appears twice", i, g.UUID)
+		}
+		seen[g.UUID] = true
+		if g.MemoryMiB < 0 {
+			return errorf(GPUInventory, "gpus[%d].memoryMiB: %d is negative", i, g.MemoryMiB)
+		}
+		if g.Shares < 1 || g.Shares > 1024 {
+			return errorf(GPUInventory, "gpus[%d].shares: %d is not in 1..1024", i, g.Shares)
+		}
+	}
+	return nil
+}
+
+// EncodeAssignment validates and encodes an assignment; V is set to Version.
+func EncodeAssignment(a Assignment) (string, error) {
+	a.V = Version
+	if err := a.validate(); err != nil {
+		return "", err
+	}
+	return encode(a)
+}
+
+// DecodeAssignment decodes and validates the GPUAssignment annotation.
+func DecodeAssignment(s string) (Assignment, error) {
+	var a Assignment
+	if err := decode(GPUAssignment, s, &a, &a.V); err != nil {
+		return Assignment{}, err
+	}
+	if err := a.validate(); err != nil {
+		return Assignment{}, err
+	}
+	return a, nil
+}
+
+func (a *Assignment) validate() error {
+	if a.Node == "" {
+		return errorf(GPUAssignment, "node is empty")
+	}
+	ids := map[string]bool{}
+	names := map[string]bool{}
+	for i := range a.Containers {
+		c := &a.Containers[i]
+		if c.Name == "" {
+			return errorf(GPUAssignment, "containers[%d].name is empty", i)
+		}
+		if names[c.Name] {
+			return errorf(GPUAssignment, "containers[%d].name: %q appears twice", i, c.Name)
+		}
+		names[c.Name] = true
+		if len(c.Devices) == 0 {
+			return errorf(GPUAssignment, "containers[%d] (%s): no devices", i, c.Name)
+		}
+		cards := map[string]bool{}
+		for j, d := range c.Devices {
+			u, _, err := ParseDeviceID(d.ID)
+			if err != nil {
+				return errorf(GPUAssignment, "containers[%d].devices[%d].id: %v", i, j, err)
+			}
+			if u != d.UUID {
+				return errorf(GPUAssignment, "containers[%d].devices[%d]: id %q is not on card %q", i, j, d.ID, d.UUID)
+			}
+			if cards[u] {
+				return errorf(GPUAssignment, "containers[%d].devices[%d]: card %s given twice to one container", i, j, u)
+			}
+			cards[u] = true
+			// An init container's devices may be reused by the app containers after it ends, so an ID
+			// may appear once among init containers and once among app containers, never twice in one group.
+			key := d.ID
+			if c.Init {
+				key = "init/" + key
+			}
+			if ids[key] {
+				return errorf(GPUAssignment, "containers[%d].devices[%d]: id %s assigned twice", i, j, d.ID)
+			}
+			ids[key] = true
+			if d.MemoryMiB < 0 || d.Cores < 0 || d.Cores > 100 {
+				return errorf(GPUAssignment, "containers[%d].devices[%d]: memoryMiB %d / cores %d out of range", i, j, d.MemoryMiB, d.Cores)
+			}
+		}
+	}
+	return nil
+}
+
+// EncodeAllocation validates and encodes an allocation record; V is set to Version.
+func EncodeAllocation(a Allocation) (string, error) {
+	a.V = Version
+	if err := a.validate(); err != nil {
+		return "", err
+	}
+	return encode(a)
+}
+
+// DecodeAllocation decodes and validates the GPUAllocated annotation.
+func DecodeAllocation(s string) (Allocation, error) {
+	var a Allocation
+	if err := decode(GPUAllocated, s, &a, &a.V); err != nil {
+		return Allocation{}, err
+	}
+	if err := a.validate(); err != nil {
+		return Allocation{}, err
+	}
+	return a, nil
+}
+
+func (a *Allocation) validate() error {
+	for i := range a.Containers {
+		c := &a.Containers[i]
+		if c.Name == "" {
+			return errorf(GPUAllocated, "containers[%d].name is empty", i)
+		}
+		for j, id := range c.IDs {
+			if _, _, err := ParseDeviceID(id); err != nil {
+				return errorf(GPUAllocated, "containers[%d].ids[%d]: %v", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+func encode(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// decode unmarshals s into v, then checks the version field the unmarshal filled in.
+func decode(key, s string, v any, version *int) error {
+	if strings.TrimSpace(s) == "" {
+		return errorf(key, "empty value")
+	}
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return &Error{Key: key, Reason: fmt.Sprintf("not valid JSON: %v (value %s)", err, clip(s)), Err: err}
+	}
+	switch {
+	case *version == 0:
+		return errorf(key, `missing version field "v" (value %s)`, clip(s))
+	case *version != Version:
+		return &Error{Key: key, Reason: fmt.Sprintf("version %d is not supported (this build reads %d)", *version, Version), Err: ErrUnsupportedVersion}
+	}
+	return nil
+}
+
+// clip shortens a value quoted in an error so a huge annotation does not flood logs and events.
+func clip(s string) string {
+	const max = 120
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:max]) + "…"
+}

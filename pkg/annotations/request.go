@@ -1,0 +1,195 @@
+package annotations
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// MaxGPUsPerContainer bounds nvidia.com/gpu so a typo cannot ask the scheduler to search for 10^9 cards.
+const MaxGPUsPerContainer = 64
+
+// ContainerRequest is what one container asks of GPUs.
+type ContainerRequest struct {
+	// Name is the container's name.
+	Name string
+	// Init is true for init containers.
+	Init bool
+	// Sidecar is true for an init container with restartPolicy Always: it keeps its cards while the
+	// app containers run, so they cannot reuse them.
+	Sidecar bool
+	// Count is the number of distinct cards.
+	Count int
+	// Shared is true when the container asked for memory or cores, and so may share its cards.
+	// Without it, the container wants whole cards to itself.
+	Shared bool
+	// MemoryMiB is the memory wanted on each card, 0 when not given.
+	MemoryMiB int64
+	// MemoryPercent is the percentage of each card's memory wanted, 0 when not given.
+	MemoryPercent int
+	// Cores is the percentage of each card's compute wanted; 100 means the card alone.
+	Cores int
+}
+
+// Exclusive reports whether every card of the container must have nothing else on it.
+func (r *ContainerRequest) Exclusive() bool { return !r.Shared || r.Cores == 100 }
+
+// MemoryOn returns the memory in MiB the container reserves on a card with total MiB.
+func (r *ContainerRequest) MemoryOn(total int64) int64 {
+	switch {
+	case !r.Shared:
+		return total
+	case r.MemoryMiB > 0:
+		return r.MemoryMiB
+	case r.MemoryPercent > 0:
+		return total * int64(r.MemoryPercent) / 100
+	}
+	return 0
+}
+
+// CoresOn returns the compute percentage the container reserves on each card.
+func (r *ContainerRequest) CoresOn() int {
+	if !r.Shared {
+		return 100
+	}
+	return r.Cores
+}
+
+// Interchangeable reports whether two containers ask for the same thing in the same way, so that
+// either could take the other's cards (their selectors are compared by the caller).
+func (r *ContainerRequest) Interchangeable(o *ContainerRequest) bool {
+	return r.Count == o.Count && r.Shared == o.Shared && r.MemoryMiB == o.MemoryMiB &&
+		r.MemoryPercent == o.MemoryPercent && r.Cores == o.Cores
+}
+
+// PodRequest is every GPU container of a pod: init containers first, in order, then app containers.
+// Containers that ask for no GPU are left out.
+type PodRequest struct {
+	Containers []ContainerRequest
+}
+
+// Empty reports whether the pod asks for no GPU.
+func (p *PodRequest) Empty() bool { return len(p.Containers) == 0 }
+
+// ParsePodRequest reads the managed resources of every container, init containers included. Every
+// problem found is reported, each naming the container, the resource and the value.
+func ParsePodRequest(pod *corev1.Pod, names ResourceNames) (PodRequest, error) {
+	var req PodRequest
+	var errs []error
+	add := func(c *corev1.Container, init bool) {
+		r, err := ParseContainerRequest(c, names)
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		if r.Count == 0 {
+			return
+		}
+		r.Init = init
+		r.Sidecar = init && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		req.Containers = append(req.Containers, r)
+	}
+	for i := range pod.Spec.InitContainers {
+		add(&pod.Spec.InitContainers[i], true)
+	}
+	for i := range pod.Spec.Containers {
+		add(&pod.Spec.Containers[i], false)
+	}
+	return req, errors.Join(errs...)
+}
+
+// HasManagedResource reports whether any container (init containers included) names any managed
+// resource in its limits or requests, whatever the value.
+func HasManagedResource(pod *corev1.Pod, names ResourceNames) bool {
+	has := func(cs []corev1.Container) bool {
+		for i := range cs {
+			for _, n := range names.All() {
+				if _, ok := cs[i].Resources.Limits[n]; ok {
+					return true
+				}
+				if _, ok := cs[i].Resources.Requests[n]; ok {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return has(pod.Spec.InitContainers) || has(pod.Spec.Containers)
+}
+
+// ParseContainerRequest reads one container's managed resources (limits, or requests where no limit
+// is given). A container with memory or cores but no nvidia.com/gpu is an error: admission adds
+// nvidia.com/gpu: 1 to such containers before they get here.
+func ParseContainerRequest(c *corev1.Container, names ResourceNames) (ContainerRequest, error) {
+	r := ContainerRequest{Name: c.Name}
+	var errs []error
+	get := func(name corev1.ResourceName, lo, hi int64) (int64, bool) {
+		v, ok, err := quantity(c, name, lo, hi)
+		if err != nil {
+			err.Container = c.Name
+			errs = append(errs, err)
+		}
+		return v, ok
+	}
+	count, hasCount := get(names.GPU, 0, MaxGPUsPerContainer)
+	mem, hasMem := get(names.Mem, 1, 1<<40)
+	pct, hasPct := get(names.MemPercentage, 1, 100)
+	cores, hasCores := get(names.Cores, 0, 100)
+	r.Count = int(count)
+	r.MemoryMiB, r.MemoryPercent, r.Cores = mem, int(pct), int(cores)
+	r.Shared = hasMem || hasPct || hasCores
+	if hasMem && hasPct {
+		errs = append(errs, &Error{Container: c.Name, Key: string(names.MemPercentage),
+			Reason: fmt.Sprintf("%d cannot be combined with %s (choose one)", pct, names.Mem)})
+	}
+	if r.Shared && (!hasCount || count == 0) {
+		errs = append(errs, &Error{Container: c.Name, Key: string(names.GPU),
+			Reason: fmt.Sprintf("missing while %s asks for a share of a card; set %s: 1 or more", sharedKeys(names, hasMem, hasPct, hasCores), names.GPU)})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return ContainerRequest{Name: c.Name}, err
+	}
+	return r, nil
+}
+
+func sharedKeys(names ResourceNames, mem, pct, cores bool) string {
+	switch {
+	case mem:
+		return string(names.Mem)
+	case pct:
+		return string(names.MemPercentage)
+	default:
+		return string(names.Cores)
+	}
+}
+
+// quantity reads a whole-number resource in [lo, hi] from limits, falling back to requests.
+func quantity(c *corev1.Container, name corev1.ResourceName, lo, hi int64) (int64, bool, *Error) {
+	q, ok := c.Resources.Limits[name]
+	if !ok {
+		q, ok = c.Resources.Requests[name]
+		if !ok {
+			return 0, false, nil
+		}
+	} else if rq, has := c.Resources.Requests[name]; has && rq.Cmp(q) != 0 {
+		return 0, true, errorf(string(name), "request %s differs from limit %s", rq.String(), q.String())
+	}
+	return ParseQuantity(string(name), q, lo, hi)
+}
+
+// ParseQuantity checks that q is a whole number in [lo, hi] and names key in the error.
+func ParseQuantity(key string, q resource.Quantity, lo, hi int64) (int64, bool, *Error) {
+	v, exact := q.AsInt64()
+	if !exact {
+		return 0, true, errorf(key, "%s is not a whole number", q.String())
+	}
+	switch {
+	case v < lo:
+		return 0, true, errorf(key, "%d is below %d", v, lo)
+	case v > hi:
+		return 0, true, errorf(key, "%d is above %d", v, hi)
+	}
+	return v, true, nil
+}

@@ -1,0 +1,184 @@
+package annotations
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Selector is what a pod's annotations say about the cards it may get and how to place it.
+// The zero value accepts every card and uses the scheduler's default policies.
+type Selector struct {
+	// UseTypes: a card's model must contain one of these (lower-cased) substrings, when not empty.
+	UseTypes []string
+	// NoUseTypes: a card's model must contain none of these (lower-cased) substrings.
+	NoUseTypes []string
+	// UseUUIDs: a card's UUID must equal one of these, when not empty.
+	UseUUIDs []string
+	// NoUseUUIDs: a card's UUID must equal none of these.
+	NoUseUUIDs []string
+	// NUMABind requires all cards of one container on one NUMA node.
+	NUMABind bool
+	// NodePolicy and GPUPolicy override the scheduler's defaults when not empty.
+	NodePolicy Policy
+	GPUPolicy  Policy
+}
+
+// Mismatch is why a Selector refuses a card. MatchOK means it accepts it.
+type Mismatch int
+
+const (
+	MatchOK Mismatch = iota
+	// MismatchUseType: the model contains no entry of use-gputype.
+	MismatchUseType
+	// MismatchNoUseType: the model contains an entry of nouse-gputype.
+	MismatchNoUseType
+	// MismatchUseUUID: the UUID is not in use-gpuuuid.
+	MismatchUseUUID
+	// MismatchNoUseUUID: the UUID is in nouse-gpuuuid.
+	MismatchNoUseUUID
+)
+
+// Key returns the annotation key behind a mismatch ("" for MatchOK).
+func (m Mismatch) Key() string {
+	switch m {
+	case MismatchUseType:
+		return UseGPUType
+	case MismatchNoUseType:
+		return NoUseGPUType
+	case MismatchUseUUID:
+		return UseGPUUUID
+	case MismatchNoUseUUID:
+		return NoUseGPUUUID
+	}
+	return ""
+}
+
+// ParseSelector reads a pod's selector annotations. Missing keys mean "no constraint". Every problem
+// found is reported, each naming its key and value.
+func ParseSelector(ann map[string]string) (Selector, error) {
+	var s Selector
+	var errs []error
+	list := func(key string, lower bool) []string {
+		v, ok := ann[key]
+		if !ok {
+			return nil
+		}
+		entries, err := parseList(key, v, lower)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return entries
+	}
+	s.UseTypes = list(UseGPUType, true)
+	s.NoUseTypes = list(NoUseGPUType, true)
+	s.UseUUIDs = list(UseGPUUUID, false)
+	s.NoUseUUIDs = list(NoUseGPUUUID, false)
+	for _, u := range s.NoUseUUIDs {
+		if slices.Contains(s.UseUUIDs, u) {
+			errs = append(errs, errorf(NoUseGPUUUID, "%s is also in %s", u, UseGPUUUID))
+		}
+	}
+	for _, t := range s.NoUseTypes {
+		if slices.Contains(s.UseTypes, t) {
+			errs = append(errs, errorf(NoUseGPUType, "%s is also in %s", t, UseGPUType))
+		}
+	}
+	if v, ok := ann[NUMABind]; ok {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "true":
+			s.NUMABind = true
+		case "false", "":
+		default:
+			errs = append(errs, errorf(NUMABind, "%q is not true or false", v))
+		}
+	}
+	if v, ok := ann[NodePolicy]; ok {
+		p, err := ParsePolicy(NodePolicy, v)
+		errs = append(errs, err)
+		s.NodePolicy = p
+	}
+	if v, ok := ann[GPUPolicy]; ok {
+		p, err := ParsePolicy(GPUPolicy, v)
+		errs = append(errs, err)
+		s.GPUPolicy = p
+	}
+	return s, errors.Join(errs...)
+}
+
+// parseList splits a comma list, trimming spaces around entries. An empty entry is an error that
+// gives its 1-based position; repeated entries are kept once.
+func parseList(key, value string, lower bool) ([]string, error) {
+	parts := strings.Split(value, ",")
+	out := make([]string, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, errorf(key, "empty entry at position %d in %q", i+1, value)
+		}
+		if lower {
+			p = strings.ToLower(p)
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Check says whether the selector accepts a card of this model and UUID, and if not, which rule
+// refuses it. Rules are checked in the order use-gputype, nouse-gputype, use-gpuuuid, nouse-gpuuuid.
+func (s *Selector) Check(model, uuid string) Mismatch {
+	if len(s.UseTypes) > 0 || len(s.NoUseTypes) > 0 {
+		m := strings.ToLower(model)
+		if len(s.UseTypes) > 0 && !containsAny(m, s.UseTypes) {
+			return MismatchUseType
+		}
+		if containsAny(m, s.NoUseTypes) {
+			return MismatchNoUseType
+		}
+	}
+	if len(s.UseUUIDs) > 0 && !slices.Contains(s.UseUUIDs, uuid) {
+		return MismatchUseUUID
+	}
+	if slices.Contains(s.NoUseUUIDs, uuid) {
+		return MismatchNoUseUUID
+	}
+	return MatchOK
+}
+
+// Accepts reports whether the selector accepts the card.
+func (s *Selector) Accepts(g *GPU) bool { return s.Check(g.Model, g.UUID) == MatchOK }
+
+// HasCardConstraint reports whether any type or UUID rule is set.
+func (s *Selector) HasCardConstraint() bool {
+	return len(s.UseTypes)+len(s.NoUseTypes)+len(s.UseUUIDs)+len(s.NoUseUUIDs) > 0
+}
+
+// String renders the card rules as a person would write them, e.g. `use-gputype=a100`.
+func (s *Selector) String() string {
+	var parts []string
+	add := func(name string, v []string) {
+		if len(v) > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%s", name, strings.Join(v, ",")))
+		}
+	}
+	add("use-gputype", s.UseTypes)
+	add("nouse-gputype", s.NoUseTypes)
+	add("use-gpuuuid", s.UseUUIDs)
+	add("nouse-gpuuuid", s.NoUseUUIDs)
+	if s.NUMABind {
+		parts = append(parts, "numa-bind=true")
+	}
+	return strings.Join(parts, " ")
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
