@@ -21,9 +21,10 @@ help: ## Show this help.
 
 ##@ Development
 .PHONY: build
-build: ## Build the three binaries into bin/.
+build: ## Build the three binaries into bin/ (the device plugin needs cgo: go-nvml dlopens libnvidia-ml at run time).
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/scheduler-extender ./cmd/webhook
+	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/ ./cmd/device-plugin
 
 .PHONY: fmt
 fmt: ## Format the Go code.
