@@ -1,0 +1,193 @@
+// Package nvidia discovers NVIDIA cards through NVML (github.com/NVIDIA/go-nvml) and watches their
+// health. It works the same on a real libnvidia-ml (loaded with dlopen at run time, so the binary needs
+// no NVIDIA library at build time) and on a mock (go-nvml's pkg/nvml/mock, or the simulated NVML in
+// pkg/device/sim).
+package nvidia
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Card is one GPU as NVML reports it.
+type Card struct {
+	// UUID is NVML's UUID, e.g. GPU-03f69c50-207a-2038-9b45-23cac89cb67d.
+	UUID string
+	// Index is NVML's index (the order nvidia-smi prints).
+	Index int
+	// Model is the product name, e.g. "NVIDIA A100-SXM4-80GB".
+	Model string
+	// MemoryMiB is the card's total memory in MiB.
+	MemoryMiB int64
+	// PCIBusID is the bus id in sysfs form (lower case, 4-digit domain), e.g. 0000:3b:00.0; empty when
+	// NVML did not report one.
+	PCIBusID string
+	// NUMA is the card's NUMA node; negative means unknown.
+	NUMA int
+}
+
+// Library is the part of NVML discovery and health watching use. nvml.Interface (the real library
+// and every mock) satisfies it.
+type Library interface {
+	Init() nvml.Return
+	Shutdown() nvml.Return
+	DeviceGetCount() (int, nvml.Return)
+	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
+	EventSetCreate() (nvml.EventSet, nvml.Return)
+}
+
+var _ Library = nvml.Interface(nil)
+
+// NUMAFunc returns the NUMA node of the card at a PCI bus id (sysfs form); negative means unknown.
+type NUMAFunc func(busID string) (int, error)
+
+// SysfsNUMA reads /sys/bus/pci/devices/<busid>/numa_node under root (normally "/sys"), as the kubelet
+// and NVIDIA's device plugin do. A missing file means unknown (-1), as does a negative value.
+func SysfsNUMA(root string) NUMAFunc {
+	return func(busID string) (int, error) {
+		if busID == "" {
+			return -1, nil
+		}
+		if strings.ContainsAny(busID, `/\`) || busID == ".." {
+			return -1, fmt.Errorf("PCI bus id %q is not a device name", busID)
+		}
+		b, err := os.ReadFile(filepath.Join(root, "bus", "pci", "devices", busID, "numa_node"))
+		if errors.Is(err, os.ErrNotExist) {
+			return -1, nil
+		}
+		if err != nil {
+			return -1, fmt.Errorf("read NUMA node of %s: %w", busID, err)
+		}
+		return ParseNUMANode(string(b))
+	}
+}
+
+// ParseNUMANode parses the content of a sysfs numa_node file. Negative values mean unknown and are
+// returned as -1.
+func ParseNUMANode(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return -1, fmt.Errorf("numa_node %q is not an integer", strings.TrimSpace(s))
+	}
+	if n < 0 {
+		return -1, nil
+	}
+	if n > 1<<16 {
+		return -1, fmt.Errorf("numa_node %d is out of range", n)
+	}
+	return n, nil
+}
+
+// NormalizeBusID turns NVML's bus id (e.g. "00000000:3B:00.0", 8-digit domain, upper case) into the
+// sysfs device name ("0000:3b:00.0"). It returns "" for an empty or malformed id.
+func NormalizeBusID(id string) string {
+	id = strings.ToLower(strings.TrimSpace(strings.TrimRight(id, "\x00")))
+	parts := strings.Split(id, ":")
+	if len(parts) != 3 || parts[0] == "" {
+		return ""
+	}
+	dom := parts[0]
+	if len(dom) > 4 {
+		if strings.Trim(dom[:len(dom)-4], "0") != "" {
+			return ""
+		}
+		dom = dom[len(dom)-4:]
+	}
+	for len(dom) < 4 {
+		dom = "0" + dom
+	}
+	out := dom + ":" + parts[1] + ":" + parts[2]
+	for _, r := range out {
+		if !strings.ContainsRune("0123456789abcdef:.", r) {
+			return ""
+		}
+	}
+	return out
+}
+
+// Discover initialises NVML, lists every card and shuts NVML down again. numa resolves NUMA nodes
+// (SysfsNUMA("/sys") on a real host); nil means every card's NUMA node is unknown.
+func Discover(lib Library, numa NUMAFunc) ([]Card, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initialise NVML: %w", ret)
+	}
+	defer lib.Shutdown()
+	return list(lib, numa)
+}
+
+func list(lib Library, numa NUMAFunc) ([]Card, error) {
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("count devices: %w", ret)
+	}
+	cards := make([]Card, 0, n)
+	seen := map[string]bool{}
+	for i := 0; i < n; i++ {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("device %d: get handle: %w", i, ret)
+		}
+		c, err := describe(d, i, numa)
+		if err != nil {
+			return nil, fmt.Errorf("device %d: %w", i, err)
+		}
+		if seen[c.UUID] {
+			return nil, fmt.Errorf("device %d: UUID %s reported twice", i, c.UUID)
+		}
+		seen[c.UUID] = true
+		cards = append(cards, c)
+	}
+	return cards, nil
+}
+
+func describe(d nvml.Device, i int, numa NUMAFunc) (Card, error) {
+	c := Card{Index: i, NUMA: -1}
+	var ret nvml.Return
+	if c.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return c, fmt.Errorf("get UUID: %w", ret)
+	}
+	if c.UUID == "" {
+		return c, fmt.Errorf("empty UUID")
+	}
+	if idx, ret := d.GetIndex(); ret == nvml.SUCCESS {
+		c.Index = idx
+	}
+	if c.Model, ret = d.GetName(); ret != nvml.SUCCESS {
+		return c, fmt.Errorf("get name of %s: %w", c.UUID, ret)
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return c, fmt.Errorf("get memory of %s: %w", c.UUID, ret)
+	}
+	c.MemoryMiB = int64(mem.Total >> 20)
+	pci, ret := d.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return c, fmt.Errorf("get PCI info of %s: %w", c.UUID, ret)
+	}
+	c.PCIBusID = NormalizeBusID(busID(pci))
+	if numa != nil && c.PCIBusID != "" {
+		n, err := numa(c.PCIBusID)
+		if err != nil {
+			return c, fmt.Errorf("NUMA node of %s: %w", c.UUID, err)
+		}
+		c.NUMA = n
+	}
+	return c, nil
+}
+
+func busID(p nvml.PciInfo) string {
+	b := make([]byte, 0, len(p.BusId))
+	for _, c := range p.BusId {
+		if c == 0 {
+			break
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}

@@ -1,0 +1,168 @@
+package nvidia_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+)
+
+// fakeSysfs writes numa_node files under a temporary sysfs root.
+func fakeSysfs(t *testing.T, numa map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for bus, v := range numa {
+		dir := filepath.Join(root, "bus", "pci", "devices", bus)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "numa_node"), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func TestDiscoverDGXA100(t *testing.T) {
+	srv := dgxa100.New()
+	// The DGX A100 mock keeps each card's bus id in the Device but does not put it in GetPciInfo;
+	// hand it over in NVML's own form (8-digit domain, upper case) so discovery must normalise it.
+	for _, d := range srv.Devices {
+		d := d.(*dgxa100.Device)
+		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+			var p nvml.PciInfo
+			copy(p.BusId[:], strings.ToUpper("0000"+d.PciBusID))
+			return p, nvml.SUCCESS
+		}
+	}
+	// Cards 0-3 on NUMA 0, 4-6 on NUMA 1, card 7's node unknown (-1 in sysfs).
+	numa := map[string]string{}
+	for i := 0; i < 8; i++ {
+		v := "0\n"
+		switch {
+		case i == 7:
+			v = "-1\n"
+		case i >= 4:
+			v = "1\n"
+		}
+		numa[srv.Devices[i].(*dgxa100.Device).PciBusID] = v
+	}
+	cards, err := nvidia.Discover(srv, nvidia.SysfsNUMA(fakeSysfs(t, numa)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []nvidia.Card
+	for i, d := range srv.Devices {
+		d := d.(*dgxa100.Device)
+		n := 0
+		switch {
+		case i == 7:
+			n = -1
+		case i >= 4:
+			n = 1
+		}
+		// 42949672960 B / 2^20 = 40960 MiB.
+		want = append(want, nvidia.Card{UUID: d.UUID, Index: i, Model: "Mock NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, PCIBusID: d.PciBusID, NUMA: n})
+	}
+	if diff := cmp.Diff(want, cards); diff != "" {
+		t.Errorf("cards (-want +got):\n%s", diff)
+	}
+}
+
+func TestDiscoverDGXA100WithoutBusIDHasUnknownNUMA(t *testing.T) {
+	// As shipped, the mock reports no bus id: NUMA is unknown, not an error.
+	cards, err := nvidia.Discover(dgxa100.New(), nvidia.SysfsNUMA(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cards) != 8 {
+		t.Fatalf("got %d cards, want 8", len(cards))
+	}
+	for _, c := range cards {
+		if c.NUMA != -1 || c.PCIBusID != "" {
+			t.Errorf("card %d: NUMA %d bus %q, want -1 and empty", c.Index, c.NUMA, c.PCIBusID)
+		}
+	}
+}
+
+func TestDiscoverFailsWhenNVMLDoesNotInitialise(t *testing.T) {
+	srv := dgxa100.New()
+	srv.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
+	_, err := nvidia.Discover(srv, nil)
+	if err == nil || !strings.Contains(err.Error(), "initialise NVML") {
+		t.Fatalf("err = %v, want an NVML initialisation error", err)
+	}
+}
+
+func TestNormalizeBusID(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"00000000:3B:00.0", "0000:3b:00.0"},
+		{"0000:3b:00.0", "0000:3b:00.0"},
+		{"0001:af:00.0\x00\x00", "0001:af:00.0"},
+		{"3b:00.0", ""},             // no domain
+		{"00010000:3B:00.0", ""},    // domain above 16 bits
+		{"0000:3b:00.0/../x:y", ""}, // not hex
+		{"", ""},
+	} {
+		if got := nvidia.NormalizeBusID(tc.in); got != tc.want {
+			t.Errorf("NormalizeBusID(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestSysfsNUMA(t *testing.T) {
+	root := fakeSysfs(t, map[string]string{"0000:01:00.0": "1\n", "0000:02:00.0": "-1", "0000:03:00.0": "x"})
+	numa := nvidia.SysfsNUMA(root)
+	for _, tc := range []struct {
+		bus     string
+		want    int
+		wantErr bool
+	}{
+		{"0000:01:00.0", 1, false},
+		{"0000:02:00.0", -1, false}, // negative: unknown
+		{"0000:04:00.0", -1, false}, // no file: unknown
+		{"0000:03:00.0", -1, true},  // garbage
+		{"../../etc", -1, true},     // not a device name
+	} {
+		got, err := numa(tc.bus)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("numa(%q) = %d, %v; want %d, error %v", tc.bus, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func FuzzParseNUMANode(f *testing.F) {
+	for _, s := range []string{"0\n", "-1", "3", " 12 ", "", "x", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := nvidia.ParseNUMANode(s)
+		if err != nil && n != -1 {
+			t.Fatalf("error with NUMA %d", n)
+		}
+		if n < -1 {
+			t.Fatalf("NUMA %d below -1", n)
+		}
+	})
+}
+
+func FuzzNormalizeBusID(f *testing.F) {
+	for _, s := range []string{"00000000:3B:00.0", "0000:3b:00.0", "", ":::", "0000:../..:x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := nvidia.NormalizeBusID(s)
+		if out == "" {
+			return
+		}
+		if strings.ContainsAny(out, "/\\") || nvidia.NormalizeBusID(out) != out {
+			t.Fatalf("NormalizeBusID(%q) = %q is not a stable device name", s, out)
+		}
+	})
+}

@@ -1,0 +1,173 @@
+// Package sim is Cardinal's simulated NVML: a YAML file describes the cards of one or more nodes, and
+// Server serves them through go-nvml's mock package, so the device plugin runs the same discovery and
+// health code with and without a GPU. Demos, end-to-end tests and benchmarks use it.
+//
+// The file:
+//
+//	nodes:
+//	  node-a:
+//	    - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 0, count: 4}
+//	    - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 1, count: 4}
+//	  node-c:
+//	    - {model: "Tesla T4", memoryMiB: 15360, numa: 0, count: 3}
+//	    - {model: "Tesla T4", memoryMiB: 15360, numa: 0, uuid: "GPU-...", healthy: false}
+//
+// Each entry describes count cards (default 1) in order; cards are indexed from 0 across the node's
+// entries. A card without uuid gets one derived from the node name and its index, so the same file
+// gives the same UUIDs everywhere. numa omitted means unknown; healthy omitted means true.
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// Limits on a file, so a typo cannot ask the simulator for a million cards.
+const (
+	MaxCardsPerNode = 1024
+	MaxNodes        = 100000
+	MaxMemoryMiB    = 16 << 20 // 16 TiB
+	MaxNUMA         = 1023
+)
+
+// File is a parsed simulation file.
+type File struct {
+	Nodes map[string][]Entry `json:"nodes"`
+}
+
+// Entry is one line of a node's list: one or more identical cards.
+type Entry struct {
+	Model     string `json:"model"`
+	MemoryMiB int64  `json:"memoryMiB"`
+	// NUMA is the cards' NUMA node; nil means unknown.
+	NUMA *int `json:"numa,omitempty"`
+	// Count is how many cards this entry describes; 0 means 1.
+	Count int `json:"count,omitempty"`
+	// UUID fixes the card's UUID; only with count 1.
+	UUID string `json:"uuid,omitempty"`
+	// Healthy nil means true.
+	Healthy *bool `json:"healthy,omitempty"`
+}
+
+// Card is one simulated card.
+type Card struct {
+	UUID      string
+	Index     int
+	Model     string
+	MemoryMiB int64
+	// NUMA is negative when unknown.
+	NUMA    int
+	Healthy bool
+}
+
+// Parse decodes and validates a simulation file. Unknown fields are errors (a misspelt key would
+// otherwise be silently ignored). Every card of every node is expanded once, so UUID clashes are
+// found here.
+func Parse(data []byte) (*File, error) {
+	var f File
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return nil, fmt.Errorf("simulation file: %w", err)
+	}
+	if len(f.Nodes) == 0 {
+		return nil, fmt.Errorf("simulation file: no nodes")
+	}
+	if len(f.Nodes) > MaxNodes {
+		return nil, fmt.Errorf("simulation file: %d nodes (at most %d)", len(f.Nodes), MaxNodes)
+	}
+	for _, name := range f.NodeNames() {
+		if _, err := f.Cards(name); err != nil {
+			return nil, err
+		}
+	}
+	return &f, nil
+}
+
+// NodeNames returns the node names in order.
+func (f *File) NodeNames() []string {
+	names := make([]string, 0, len(f.Nodes))
+	for n := range f.Nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Cards expands the entries of one node into cards, in index order.
+func (f *File) Cards(node string) ([]Card, error) {
+	entries, ok := f.Nodes[node]
+	if !ok {
+		return nil, fmt.Errorf("simulation file: no node %q (nodes: %s)", node, strings.Join(f.NodeNames(), ", "))
+	}
+	if node == "" {
+		return nil, fmt.Errorf("simulation file: empty node name")
+	}
+	var cards []Card
+	seen := map[string]int{}
+	for i, e := range entries {
+		where := fmt.Sprintf("simulation file: nodes.%s[%d]", node, i)
+		count := e.Count
+		switch {
+		case count == 0:
+			count = 1
+		case count < 0:
+			return nil, fmt.Errorf("%s: count %d is negative", where, e.Count)
+		case len(cards)+count > MaxCardsPerNode:
+			return nil, fmt.Errorf("%s: more than %d cards on the node", where, MaxCardsPerNode)
+		}
+		if strings.TrimSpace(e.Model) == "" {
+			return nil, fmt.Errorf("%s: model is empty", where)
+		}
+		if e.MemoryMiB <= 0 || e.MemoryMiB > MaxMemoryMiB {
+			return nil, fmt.Errorf("%s: memoryMiB %d is not in 1..%d", where, e.MemoryMiB, MaxMemoryMiB)
+		}
+		numa := -1
+		if e.NUMA != nil {
+			if *e.NUMA < -1 || *e.NUMA > MaxNUMA {
+				return nil, fmt.Errorf("%s: numa %d is not in -1..%d", where, *e.NUMA, MaxNUMA)
+			}
+			numa = *e.NUMA
+		}
+		if e.UUID != "" {
+			if count != 1 {
+				return nil, fmt.Errorf("%s: uuid is set, so count must be 1 (not %d)", where, count)
+			}
+			if _, slot, err := annotations.ParseDeviceID(e.UUID); err != nil || slot >= 0 {
+				return nil, fmt.Errorf("%s: uuid %q is not a card UUID", where, e.UUID)
+			}
+		}
+		healthy := e.Healthy == nil || *e.Healthy
+		for k := 0; k < count; k++ {
+			idx := len(cards)
+			u := e.UUID
+			if u == "" {
+				u = DerivedUUID(node, idx)
+			}
+			if prev, dup := seen[u]; dup {
+				return nil, fmt.Errorf("%s: card %d has UUID %s, like card %d", where, idx, u, prev)
+			}
+			seen[u] = idx
+			cards = append(cards, Card{UUID: u, Index: idx, Model: strings.TrimSpace(e.Model), MemoryMiB: e.MemoryMiB, NUMA: numa, Healthy: healthy})
+		}
+	}
+	if len(cards) == 0 {
+		return nil, fmt.Errorf("simulation file: node %q has no cards", node)
+	}
+	return cards, nil
+}
+
+// uuidSpace is the name space of derived UUIDs (a fixed random UUID: changing it changes every
+// derived UUID).
+var uuidSpace = uuid.MustParse("5a0f8f4e-3c1d-4b7e-9a52-6f1c2d9e8b10")
+
+// DerivedUUID is the UUID of card index on node when the file gives none: a name-based (SHA-1) UUID
+// of "<node>/<index>", with NVML's "GPU-" prefix.
+func DerivedUUID(node string, index int) string {
+	return "GPU-" + uuid.NewSHA1(uuidSpace, []byte(node+"/"+strconv.Itoa(index))).String()
+}

@@ -1,0 +1,216 @@
+package sim_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
+)
+
+func readExample(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../../../examples/simulated-gpus.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestExampleFileDescribesTheDemoNodes(t *testing.T) {
+	f, err := sim.Parse(readExample(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"node-a", "node-b", "node-c"}, f.NodeNames()); diff != "" {
+		t.Fatalf("nodes (-want +got):\n%s", diff)
+	}
+	type summary struct {
+		Model              string
+		MemoryMiB          int64
+		NUMA0, NUMA1       int
+		Healthy, Unhealthy int
+	}
+	want := map[string]summary{
+		"node-a": {"NVIDIA A100-SXM4-80GB", 81920, 4, 4, 8, 0}, // cards 0-3 on NUMA 0, 4-7 on NUMA 1
+		"node-b": {"NVIDIA H100 80GB HBM3", 81559, 8, 0, 8, 0},
+		"node-c": {"Tesla T4", 15360, 4, 0, 3, 1}, // 3 + 1 unhealthy
+	}
+	for node, w := range want {
+		cards, err := f.Cards(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got summary
+		for i, c := range cards {
+			if c.Index != i {
+				t.Errorf("%s: card %d has index %d", node, i, c.Index)
+			}
+			got.Model, got.MemoryMiB = c.Model, c.MemoryMiB
+			switch c.NUMA {
+			case 0:
+				got.NUMA0++
+			case 1:
+				got.NUMA1++
+			}
+			if c.Healthy {
+				got.Healthy++
+			} else {
+				got.Unhealthy++
+			}
+		}
+		if diff := cmp.Diff(w, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", node, diff)
+		}
+	}
+	a, _ := f.Cards("node-a")
+	for i := 0; i < 4; i++ {
+		if a[i].NUMA != 0 || a[i+4].NUMA != 1 {
+			t.Errorf("node-a card %d / %d: NUMA %d / %d, want 0 / 1", i, i+4, a[i].NUMA, a[i+4].NUMA)
+		}
+	}
+}
+
+func TestDerivedUUIDsAreStableAndDistinct(t *testing.T) {
+	if sim.DerivedUUID("node-a", 0) != sim.DerivedUUID("node-a", 0) {
+		t.Fatal("derived UUID is not deterministic")
+	}
+	seen := map[string]bool{}
+	for _, n := range []string{"node-a", "node-b"} {
+		for i := 0; i < 8; i++ {
+			u := sim.DerivedUUID(n, i)
+			if seen[u] || !strings.HasPrefix(u, "GPU-") || len(u) != len("GPU-")+36 {
+				t.Errorf("DerivedUUID(%s, %d) = %q: duplicate or malformed", n, i, u)
+			}
+			seen[u] = true
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"empty", ``, "no nodes"},
+		{"unknown field", `nodes: {node1: [{model: T4, memoryMiB: 1, memory: 3}]}`, "unknown field"},
+		{"no model", `nodes: {node1: [{memoryMiB: 1}]}`, "model is empty"},
+		{"zero memory", `nodes: {node1: [{model: T4}]}`, "memoryMiB 0"},
+		{"negative count", `nodes: {node1: [{model: T4, memoryMiB: 1, count: -2}]}`, "count -2"},
+		{"too many", `nodes: {node1: [{model: T4, memoryMiB: 1, count: 1025}]}`, "more than 1024"},
+		{"numa range", `nodes: {node1: [{model: T4, memoryMiB: 1, numa: -2}]}`, "numa -2"},
+		{"uuid with count", `nodes: {node1: [{model: T4, memoryMiB: 1, count: 2, uuid: GPU-x}]}`, "count must be 1"},
+		{"slot uuid", `nodes: {node1: [{model: T4, memoryMiB: 1, uuid: "GPU-x::1"}]}`, "not a card UUID"},
+		{"duplicate uuid", `nodes: {node1: [{model: T4, memoryMiB: 1, uuid: GPU-x}, {model: T4, memoryMiB: 1, uuid: GPU-x}]}`, "like card 0"},
+		{"no cards", `nodes: {node1: []}`, "has no cards"},
+		{"not yaml", `nodes: [`, "simulation file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := sim.Parse([]byte(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDiscoveryOnSimulatedFile(t *testing.T) {
+	f, err := sim.Parse(readExample(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, _ := f.Cards("node-a")
+	srv := sim.New(cards)
+	got, err := nvidia.Discover(srv, srv.NUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []nvidia.Card
+	for i, c := range cards {
+		// Card i sits at bus 0x10 + i/32, device i%32: 0000:10:0i.0.
+		want = append(want, nvidia.Card{UUID: c.UUID, Index: i, Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920,
+			PCIBusID: nvidia.NormalizeBusID(sim.BusID(i)), NUMA: i / 4})
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestWatchAppliesHealthChanges(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gpus.yaml")
+	write := func(healthy string) {
+		t.Helper()
+		y := "nodes:\n  node1:\n    - {model: T4, memoryMiB: 15360, uuid: GPU-x, healthy: " + healthy + "}\n"
+		// Replace the file as editors do.
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("true")
+	cards, err := sim.Load(path, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.New(cards)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Watch(ctx, path, "node1", logr.Discard()) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitHealth := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for srv.Healthy("GPU-x") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("card health never became %v", want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	write("false")
+	waitHealth(false)
+	write("true")
+	waitHealth(true)
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(readExample(f))
+	for _, s := range []string{
+		``, `nodes: {}`, `nodes: {node1: [{model: T4, memoryMiB: 1}]}`,
+		`nodes: {node1: [{model: T4, memoryMiB: 1, count: 3, numa: 1, healthy: false}]}`,
+		`nodes: {node1: [{model: T4, memoryMiB: 1, uuid: "GPU-1"}], node2: [{model: A, memoryMiB: 2, count: 2}]}`,
+		`{"nodes": {"n": [{"model": "x", "memoryMiB": 9e99}]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		file, err := sim.Parse(b)
+		if err != nil {
+			return
+		}
+		for _, n := range file.NodeNames() {
+			cards, err := file.Cards(n)
+			if err != nil || len(cards) == 0 || len(cards) > sim.MaxCardsPerNode {
+				t.Fatalf("node %q parsed but expands to %d cards, err %v", n, len(cards), err)
+			}
+			srv := sim.New(cards)
+			got, err := nvidia.Discover(srv, srv.NUMA)
+			if err != nil || len(got) != len(cards) {
+				t.Fatalf("discovery of node %q: %d cards, err %v", n, len(got), err)
+			}
+		}
+	})
+}
