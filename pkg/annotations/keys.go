@@ -2,9 +2,11 @@ package annotations
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Default names of the resources a container requests.
@@ -56,12 +58,7 @@ var UserKeys = []string{UseGPUType, NoUseGPUType, UseGPUUUID, NoUseGPUUUID, NUMA
 
 // IsInternal reports whether key is one of InternalKeys.
 func IsInternal(key string) bool {
-	for _, k := range InternalKeys {
-		if k == key {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(InternalKeys, key)
 }
 
 // ResourceNames are the names of the four managed resources. Clusters that already use other names
@@ -91,7 +88,7 @@ func (n ResourceNames) Validate() error {
 		switch {
 		case r == "":
 			return fmt.Errorf("resource name for %s is empty", field)
-		case !strings.Contains(string(r), "/"):
+		case !strings.Contains(string(r), "/") || len(validation.IsQualifiedName(string(r))) > 0:
 			return fmt.Errorf("resource name for %s: %q is not a qualified name (domain/name)", field, r)
 		case seen[r]:
 			return fmt.Errorf("resource name for %s: %q is used twice", field, r)

@@ -2,6 +2,7 @@ package annotations
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -138,7 +139,7 @@ func ParseDeviceID(id string) (uuid string, slot int, err error) {
 func checkUUID(u string) error {
 	switch {
 	case u == "":
-		return fmt.Errorf("empty UUID")
+		return errors.New("empty UUID")
 	case strings.ContainsAny(u, ", \t\n\"") || strings.Contains(u, SlotSeparator):
 		return fmt.Errorf("UUID %q contains a separator or space", u)
 	}
@@ -157,7 +158,7 @@ func EncodeInventory(inv Inventory) (string, error) {
 // DecodeInventory decodes and validates the GPUInventory annotation.
 func DecodeInventory(s string) (Inventory, error) {
 	var inv Inventory
-	if err := decode(GPUInventory, s, &inv, &inv.V); err != nil {
+	if err := decode(GPUInventory, s, &inv); err != nil {
 		return Inventory{}, err
 	}
 	if err := inv.validate(); err != nil {
@@ -199,7 +200,7 @@ func EncodeAssignment(a Assignment) (string, error) {
 // DecodeAssignment decodes and validates the GPUAssignment annotation.
 func DecodeAssignment(s string) (Assignment, error) {
 	var a Assignment
-	if err := decode(GPUAssignment, s, &a, &a.V); err != nil {
+	if err := decode(GPUAssignment, s, &a); err != nil {
 		return Assignment{}, err
 	}
 	if err := a.validate(); err != nil {
@@ -239,18 +240,20 @@ func (a *Assignment) validate() error {
 				return errorf(GPUAssignment, "containers[%d].devices[%d]: card %s given twice to one container", i, j, u)
 			}
 			cards[u] = true
-			// An init container's devices may be reused by the app containers after it ends, so an ID
-			// may appear once among init containers and once among app containers, never twice in one group.
-			key := d.ID
-			if c.Init {
-				key = "init/" + key
+			// The kubelet hands an init container's devices on to the containers that start after it
+			// (later init containers and the app containers), so init containers may repeat an ID that
+			// another container also has. App containers run together: among them an ID appears once.
+			if !c.Init {
+				if ids[d.ID] {
+					return errorf(GPUAssignment, "containers[%d].devices[%d]: id %s assigned twice", i, j, d.ID)
+				}
+				ids[d.ID] = true
 			}
-			if ids[key] {
-				return errorf(GPUAssignment, "containers[%d].devices[%d]: id %s assigned twice", i, j, d.ID)
+			if d.MemoryMiB < 0 {
+				return errorf(GPUAssignment, "containers[%d].devices[%d].memoryMiB: %d is negative", i, j, d.MemoryMiB)
 			}
-			ids[key] = true
-			if d.MemoryMiB < 0 || d.Cores < 0 || d.Cores > 100 {
-				return errorf(GPUAssignment, "containers[%d].devices[%d]: memoryMiB %d / cores %d out of range", i, j, d.MemoryMiB, d.Cores)
+			if d.Cores < 0 || d.Cores > 100 {
+				return errorf(GPUAssignment, "containers[%d].devices[%d].cores: %d is not in 0..100", i, j, d.Cores)
 			}
 		}
 	}
@@ -269,7 +272,7 @@ func EncodeAllocation(a Allocation) (string, error) {
 // DecodeAllocation decodes and validates the GPUAllocated annotation.
 func DecodeAllocation(s string) (Allocation, error) {
 	var a Allocation
-	if err := decode(GPUAllocated, s, &a, &a.V); err != nil {
+	if err := decode(GPUAllocated, s, &a); err != nil {
 		return Allocation{}, err
 	}
 	if err := a.validate(); err != nil {
@@ -279,11 +282,16 @@ func DecodeAllocation(s string) (Allocation, error) {
 }
 
 func (a *Allocation) validate() error {
+	names := make(map[string]bool, len(a.Containers))
 	for i := range a.Containers {
 		c := &a.Containers[i]
 		if c.Name == "" {
 			return errorf(GPUAllocated, "containers[%d].name is empty", i)
 		}
+		if names[c.Name] {
+			return errorf(GPUAllocated, "containers[%d].name: %q appears twice", i, c.Name)
+		}
+		names[c.Name] = true
 		for j, id := range c.IDs {
 			if _, _, err := ParseDeviceID(id); err != nil {
 				return errorf(GPUAllocated, "containers[%d].ids[%d]: %v", i, j, err)
@@ -301,28 +309,39 @@ func encode(v any) (string, error) {
 	return string(b), nil
 }
 
-// decode unmarshals s into v, then checks the version field the unmarshal filled in.
-func decode(key, s string, v any, version *int) error {
+// decode checks the version field first, so that a record of another major version is reported as
+// such even when its other fields no longer fit this version's types, then unmarshals s into v.
+func decode(key, s string, v any) error {
 	if strings.TrimSpace(s) == "" {
 		return errorf(key, "empty value")
 	}
-	if err := json.Unmarshal([]byte(s), v); err != nil {
-		return &Error{Key: key, Reason: fmt.Sprintf("not valid JSON: %v (value %s)", err, clip(s)), Err: err}
+	var head struct {
+		V *json.RawMessage `json:"v"`
 	}
-	switch {
-	case *version == 0:
+	if err := json.Unmarshal([]byte(s), &head); err != nil {
+		return &Error{Key: key, Reason: fmt.Sprintf("not a JSON object: %v (value %s)", err, clip(s)), Err: err}
+	}
+	if head.V == nil || string(*head.V) == "null" {
 		return errorf(key, `missing version field "v" (value %s)`, clip(s))
-	case *version != Version:
-		return &Error{Key: key, Reason: fmt.Sprintf("version %d is not supported (this build reads %d)", *version, Version), Err: ErrUnsupportedVersion}
+	}
+	var version int
+	if err := json.Unmarshal(*head.V, &version); err != nil || version < 1 {
+		return errorf(key, `version field "v": %s is not a positive whole number`, clip(string(*head.V)))
+	}
+	if version != Version {
+		return &Error{Key: key, Reason: fmt.Sprintf("version %d is not supported (this build reads %d)", version, Version), Err: ErrUnsupportedVersion}
+	}
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return &Error{Key: key, Reason: fmt.Sprintf("cannot decode: %v (value %s)", err, clip(s)), Err: err}
 	}
 	return nil
 }
 
-// clip shortens a value quoted in an error so a huge annotation does not flood logs and events.
+// clip quotes a value for an error, shortened so a huge annotation does not flood logs and events.
 func clip(s string) string {
-	const max = 120
-	if len(s) <= max {
+	const maxQuoted = 120
+	if len(s) <= maxQuoted {
 		return strconv.Quote(s)
 	}
-	return strconv.Quote(s[:max]) + "…"
+	return strconv.Quote(s[:maxQuoted]) + "…"
 }

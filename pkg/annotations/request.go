@@ -11,6 +11,10 @@ import (
 // MaxGPUsPerContainer bounds nvidia.com/gpu so a typo cannot ask the scheduler to search for 10^9 cards.
 const MaxGPUsPerContainer = 64
 
+// MaxMemoryMiB bounds nvidia.com/gpumem, which is in MiB: 2^24 MiB = 16 TiB is far beyond any card,
+// and a value written in bytes by mistake (24Gi) is refused rather than read as 24 PiB.
+const MaxMemoryMiB = 1 << 24
+
 // ContainerRequest is what one container asks of GPUs.
 type ContainerRequest struct {
 	// Name is the container's name.
@@ -125,16 +129,20 @@ func HasManagedResource(pod *corev1.Pod, names ResourceNames) bool {
 func ParseContainerRequest(c *corev1.Container, names ResourceNames) (ContainerRequest, error) {
 	r := ContainerRequest{Name: c.Name}
 	var errs []error
+	countOK := true
 	get := func(name corev1.ResourceName, lo, hi int64) (int64, bool) {
 		v, ok, err := quantity(c, name, lo, hi)
 		if err != nil {
 			err.Container = c.Name
 			errs = append(errs, err)
+			if name == names.GPU {
+				countOK = false
+			}
 		}
 		return v, ok
 	}
 	count, hasCount := get(names.GPU, 0, MaxGPUsPerContainer)
-	mem, hasMem := get(names.Mem, 1, 1<<40)
+	mem, hasMem := get(names.Mem, 1, MaxMemoryMiB)
 	pct, hasPct := get(names.MemPercentage, 1, 100)
 	cores, hasCores := get(names.Cores, 0, 100)
 	r.Count = int(count)
@@ -142,11 +150,18 @@ func ParseContainerRequest(c *corev1.Container, names ResourceNames) (ContainerR
 	r.Shared = hasMem || hasPct || hasCores
 	if hasMem && hasPct {
 		errs = append(errs, &Error{Container: c.Name, Key: string(names.MemPercentage),
-			Reason: fmt.Sprintf("%d cannot be combined with %s (choose one)", pct, names.Mem)})
+			Reason: fmt.Sprintf("cannot be combined with %s (choose one)", names.Mem)})
 	}
-	if r.Shared && (!hasCount || count == 0) {
-		errs = append(errs, &Error{Container: c.Name, Key: string(names.GPU),
-			Reason: fmt.Sprintf("missing while %s asks for a share of a card; set %s: 1 or more", sharedKeys(names, hasMem, hasPct, hasCores), names.GPU)})
+	if r.Shared && countOK {
+		share := sharedKeys(names, hasMem, hasPct)
+		switch {
+		case !hasCount:
+			errs = append(errs, &Error{Container: c.Name, Key: string(names.GPU),
+				Reason: fmt.Sprintf("missing while %s asks for a share of a card; set %s: 1 or more", share, names.GPU)})
+		case count == 0:
+			errs = append(errs, &Error{Container: c.Name, Key: string(names.GPU),
+				Reason: fmt.Sprintf("0 while %s asks for a share of a card; set %s: 1 or more", share, names.GPU)})
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return ContainerRequest{Name: c.Name}, err
@@ -154,7 +169,8 @@ func ParseContainerRequest(c *corev1.Container, names ResourceNames) (ContainerR
 	return r, nil
 }
 
-func sharedKeys(names ResourceNames, mem, pct, cores bool) string {
+// sharedKeys names the resource that makes a request a share, for an error message.
+func sharedKeys(names ResourceNames, mem, pct bool) string {
 	switch {
 	case mem:
 		return string(names.Mem)
@@ -179,17 +195,21 @@ func quantity(c *corev1.Container, name corev1.ResourceName, lo, hi int64) (int6
 	return ParseQuantity(string(name), q, lo, hi)
 }
 
-// ParseQuantity checks that q is a whole number in [lo, hi] and names key in the error.
+// ParseQuantity checks that q is a whole number in [lo, hi] and names key in the error. The bool
+// result is always true (the value was present); it is there so callers can pass the result on.
 func ParseQuantity(key string, q resource.Quantity, lo, hi int64) (int64, bool, *Error) {
-	v, exact := q.AsInt64()
-	if !exact {
-		return 0, true, errorf(key, "%s is not a whole number", q.String())
-	}
+	// Range first, on the exact value, so that 1e30 is "above" rather than "not a whole number".
 	switch {
-	case v < lo:
-		return 0, true, errorf(key, "%d is below %d", v, lo)
-	case v > hi:
-		return 0, true, errorf(key, "%d is above %d", v, hi)
+	case q.Cmp(*resource.NewQuantity(lo, resource.DecimalSI)) < 0:
+		return 0, true, errorf(key, "%s is below %d", q.String(), lo)
+	case q.Cmp(*resource.NewQuantity(hi, resource.DecimalSI)) > 0:
+		return 0, true, errorf(key, "%s is above %d", q.String(), hi)
+	}
+	// In range, so Value (rounded up) fits an int64; it equals q exactly only for a whole number.
+	// (AsInt64 would refuse 2000m, which is the whole number 2.)
+	v := q.Value()
+	if q.Cmp(*resource.NewQuantity(v, resource.DecimalSI)) != 0 {
+		return 0, true, errorf(key, "%s is not a whole number", q.String())
 	}
 	return v, true, nil
 }

@@ -130,8 +130,17 @@ func parseList(key, value string, lower bool) ([]string, error) {
 // Check says whether the selector accepts a card of this model and UUID, and if not, which rule
 // refuses it. Rules are checked in the order use-gputype, nouse-gputype, use-gpuuuid, nouse-gpuuuid.
 func (s *Selector) Check(model, uuid string) Mismatch {
+	if len(s.UseTypes) == 0 && len(s.NoUseTypes) == 0 {
+		return s.CheckLower("", uuid)
+	}
+	return s.CheckLower(strings.ToLower(model), uuid)
+}
+
+// CheckLower is Check for a model already lower-cased (strings.ToLower), so a caller that checks
+// the same cards many times folds each model once instead of on every check.
+func (s *Selector) CheckLower(modelLower, uuid string) Mismatch {
 	if len(s.UseTypes) > 0 || len(s.NoUseTypes) > 0 {
-		m := strings.ToLower(model)
+		m := modelLower
 		if len(s.UseTypes) > 0 && !containsAny(m, s.UseTypes) {
 			return MismatchUseType
 		}

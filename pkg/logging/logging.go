@@ -4,6 +4,7 @@ package logging
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
@@ -30,12 +31,17 @@ type Options struct {
 	Verbosity int
 	// Format is "json" (default, for log pipelines) or "console" (for people).
 	Format string
+	// Output is where logs go; nil means the process's standard error.
+	Output io.Writer
 }
 
-// AddFlags registers --v and --log-format.
+// AddFlags registers --v and --log-format, defaulting to the current values of o (json when unset).
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Verbosity, "v", o.Verbosity, "log verbosity: 0 info, 1-5 more detail")
-	fs.StringVar(&o.Format, "log-format", "json", `log format: "json" or "console"`)
+	if o.Format == "" {
+		o.Format = "json"
+	}
+	fs.StringVar(&o.Format, "log-format", o.Format, `log format: "json" (for log pipelines) or "console" (for people)`)
 }
 
 // New builds the logger.
@@ -55,6 +61,10 @@ func New(o Options) (logr.Logger, error) {
 		return logr.Discard(), fmt.Errorf("--log-format: %q is not json or console", o.Format)
 	}
 	level := zap.NewAtomicLevelAt(zapcore.Level(-o.Verbosity))
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(stderr{})), level)
+	var out io.Writer = stderr{}
+	if o.Output != nil {
+		out = o.Output
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(out)), level)
 	return zapr.NewLogger(zap.New(core, zap.AddCaller())), nil
 }
