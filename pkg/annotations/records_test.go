@@ -310,7 +310,10 @@ func TestDecodeFieldTypeErrors(t *testing.T) {
 	}{
 		{
 			name: "inventory memory as string",
-			got:  func() error { _, err := DecodeInventory(`{"v":1,"gpus":[{"uuid":"GPU-a","memoryMiB":"lots","shares":1}]}`); return err },
+			got: func() error {
+				_, err := DecodeInventory(`{"v":1,"gpus":[{"uuid":"GPU-a","memoryMiB":"lots","shares":1}]}`)
+				return err
+			},
 			want: `cardinal.io/gpu-inventory: cannot decode: json: cannot unmarshal string into Go struct field GPU.gpus.memoryMiB of type int64 (value "{\"v\":1,\"gpus\":[{\"uuid\":\"GPU-a\",\"memoryMiB\":\"lots\",\"shares\":1}]}")`,
 		},
 		{
@@ -320,7 +323,10 @@ func TestDecodeFieldTypeErrors(t *testing.T) {
 		},
 		{
 			name: "allocation ids as string",
-			got:  func() error { _, err := DecodeAllocation(`{"v":1,"containers":[{"name":"c","ids":"GPU-a"}]}`); return err },
+			got: func() error {
+				_, err := DecodeAllocation(`{"v":1,"containers":[{"name":"c","ids":"GPU-a"}]}`)
+				return err
+			},
 			want: `cardinal.io/gpu-allocated: cannot decode: json: cannot unmarshal string into Go struct field ContainerAllocation.containers.ids of type []string (value "{\"v\":1,\"containers\":[{\"name\":\"c\",\"ids\":\"GPU-a\"}]}")`,
 		},
 	}
