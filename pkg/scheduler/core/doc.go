@@ -1,0 +1,47 @@
+// Package core is Cardinal's pure placement core: given a node's cards and what is held on them,
+// and a pod's GPU request and selector, it decides whether the pod fits and on which cards, or says
+// why not; and it scores nodes. It does no I/O and keeps no global state, so the extender, a trace
+// replay and benchmarks all run the same code.
+//
+// # State
+//
+//   - NewNodeState(name, annotations.Inventory) *NodeState builds a node with nothing held.
+//   - NodeState.Hold / Unhold(Holding) add and remove what records say is held (HoldingFromID
+//     parses a device ID); Apply / Release(*Plan) do the same for a plan decided on that node;
+//     Holdings(*Plan) converts a plan to holdings; Clone copies; Utilization is the mean card use.
+//   - Card embeds annotations.GPU and Usage (MemMiB, Cores, Held device IDs, Whole holders) with
+//     FreeMemMiB, FreeCores, FreeSlots, Slots, Utilization(Usage) and DeviceID(slot).
+//
+// # Deciding
+//
+//   - New(Options{NodePolicy, GPUPolicy}) (*Decider, error): default policies; an unknown policy
+//     wraps ErrUnknownPolicy, a known one without a strategy (frag-aware, until it lands) wraps
+//     ErrPolicyNotImplemented.
+//   - Decider.Prepare(annotations.PodRequest, annotations.Selector) (*Pod, error) resolves the
+//     pod's policies (its annotations override the defaults) once per pod.
+//   - Pod.Fit(*NodeState, *TaskMix) (*Plan, *Reason): the cards of every GPU container, or a typed
+//     Reason (Reason.String for people, Reason.Unresolvable when only other cards could help).
+//   - Pod.Score(*NodeState, *Plan, *TaskMix) float64: 0..MaxScore by the node policy.
+//     ExtenderScore rounds it for the extender API; Candidate.Better breaks ties by node name.
+//   - Plan.Assignment(*NodeState) annotations.Assignment renders the record the extender writes:
+//     the UUID for cards that are not shared, `<UUID>::<k>` (lowest free k) for shared ones.
+//
+// # Rules
+//
+// A card qualifies when it is healthy and passes every selector rule. A whole-card request (no
+// memory or cores asked, or gpucores 100) needs cards with nothing held; a shared request needs a
+// free device ID and the memory and cores it asks for, on a card nobody holds whole. Each container
+// gets distinct cards; all GPU containers of a pod are placed or none. App containers reuse the
+// devices of earlier non-sidecar init containers first, as the kubelet's device manager does. A
+// container of several cards goes on one NUMA node when one has enough (hard with numa-bind). Cards
+// are ranked by the card policy, ties to the lower index; NUMA nodes by the sum of their best cards'
+// scores, then by size (binpack: the tighter), then index.
+//
+// # Strategies
+//
+// Node strategies are NodeScoreFunc(*NodeInput) (node before, plan, node after card by card via
+// NodeInput.After, TaskMix); card strategies are CardStrategy{Score(*CardInput), Tight} (card
+// usage before and after one device, the request, TaskMix). Both are registered by policy name in
+// strategy.go. TaskMix (TaskClass: cards, whole, memory, cores, models, weight) is the
+// distribution of requests seen, for a fragmentation-aware policy.
+package core

@@ -1,0 +1,144 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+)
+
+// ReasonKind classifies why a pod does not fit a node.
+type ReasonKind int
+
+const (
+	// ReasonUnknownNode: the scheduler asked about a node the cache does not know.
+	ReasonUnknownNode ReasonKind = iota + 1
+	// ReasonNoInventory: the node has no cardinal.io/gpu-inventory annotation.
+	ReasonNoInventory
+	// ReasonBadInventory: the node's inventory cannot be read (Detail says why).
+	ReasonBadInventory
+	// ReasonNoMatch: no card of the node passes the pod's selectors.
+	ReasonNoMatch
+	// ReasonUnhealthy: enough cards match, but some are unhealthy and too few healthy ones remain.
+	ReasonUnhealthy
+	// ReasonTooFewCards: the node has fewer matching cards than one container asks for.
+	ReasonTooFewCards
+	// ReasonNoCapacity: enough cards match, but too few have room now (free card, memory, cores, slot).
+	ReasonNoCapacity
+	// ReasonNUMA: numa-bind asks for all cards of a container on one NUMA node and no NUMA node has enough.
+	ReasonNUMA
+	// ReasonReuse: a container would get the init containers' cards (the kubelet reuses them) and they
+	// cannot hold it.
+	ReasonReuse
+	// ReasonInFlight: another container of the same device count that is not interchangeable with
+	// this one is in flight on the node; this one waits until it is allocated (see DESIGN.md).
+	ReasonInFlight
+)
+
+// Reason says why a pod does not fit a node. String renders it for people (FailedNodes, events).
+type Reason struct {
+	Kind ReasonKind
+	// Container names the container when the pod has several GPU containers.
+	Container string
+	// Need is the number of cards the container asks for; Have how many qualify.
+	Need, Have int
+	// Of is how many cards were considered for Have (healthy matching cards).
+	Of int
+	// Selector is the pod's card rules as a person writes them, e.g. "use-gputype=a100".
+	Selector string
+	// Models summarises the node's cards, e.g. "2x NVIDIA A40".
+	Models string
+	// UUID names a card (the unhealthy one).
+	UUID string
+	// MemMiB, MemPercent and Cores are what a shared request needs on each card; Shared tells
+	// whether the request is shared at all.
+	Shared     bool
+	MemMiB     int64
+	MemPercent int
+	Cores      int
+	// Detail is free text for reasons that carry an underlying error or a pod name.
+	Detail string
+}
+
+// Unresolvable reports whether the node cannot host the pod whatever happens to other pods
+// (kube-scheduler's FailedAndUnresolvableNodes): the node's cards, not their usage, are the cause.
+func (r *Reason) Unresolvable() bool {
+	switch r.Kind {
+	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards:
+		return true
+	}
+	return false
+}
+
+func (r *Reason) String() string {
+	var b strings.Builder
+	if r.Container != "" {
+		fmt.Fprintf(&b, "container %q: ", r.Container)
+	}
+	matching := ""
+	if r.Selector != "" {
+		matching = " matching " + r.Selector
+	}
+	switch r.Kind {
+	case ReasonUnknownNode:
+		b.WriteString("node is not known to the GPU scheduler")
+	case ReasonNoInventory:
+		b.WriteString("node has no GPU inventory (cardinal.io/gpu-inventory is missing)")
+	case ReasonBadInventory:
+		fmt.Fprintf(&b, "node's GPU inventory is unreadable: %s", r.Detail)
+	case ReasonNoMatch:
+		if r.Selector == "" {
+			b.WriteString("node has no GPUs")
+		} else {
+			fmt.Fprintf(&b, "no card matches %s (node has %s)", r.Selector, r.Models)
+		}
+	case ReasonUnhealthy:
+		if r.UUID != "" {
+			fmt.Fprintf(&b, "GPU %s is unhealthy", r.UUID)
+		} else {
+			fmt.Fprintf(&b, "needs %s%s, %d healthy (%d unhealthy)", cards(r.Need), matching, r.Have, r.Of-r.Have)
+		}
+	case ReasonTooFewCards:
+		fmt.Fprintf(&b, "needs %s%s, node has %d (%s)", cards(r.Need), matching, r.Have, r.Models)
+	case ReasonNoCapacity:
+		if !r.Shared {
+			fmt.Fprintf(&b, "needs %d free %s, %d of %d %s free", r.Need, plural(r.Need, "card", "cards"), r.Have, r.Of, plural(r.Have, "is", "are"))
+		} else {
+			fmt.Fprintf(&b, "needs %s with %s; %d of %d %s", cards(r.Need), r.shareNeed(), r.Have, r.Of, plural(r.Have, "has", "have"))
+		}
+	case ReasonNUMA:
+		fmt.Fprintf(&b, "needs %s on one NUMA node, best has %d", cards(r.Need), r.Have)
+	case ReasonReuse:
+		b.WriteString("the init containers' cards, which the kubelet hands on, cannot hold it")
+	case ReasonInFlight:
+		fmt.Fprintf(&b, "waits until %s is allocated (in flight with %s, not interchangeable)", r.Detail, cards(r.Need))
+	default:
+		fmt.Fprintf(&b, "reason %d", int(r.Kind))
+	}
+	return b.String()
+}
+
+func (r *Reason) shareNeed() string {
+	var parts []string
+	switch {
+	case r.MemMiB > 0:
+		parts = append(parts, fmt.Sprintf("%d MiB", r.MemMiB))
+	case r.MemPercent > 0:
+		parts = append(parts, fmt.Sprintf("%d%% memory", r.MemPercent))
+	}
+	if r.Cores > 0 {
+		parts = append(parts, fmt.Sprintf("%d%% cores", r.Cores))
+	}
+	parts = append(parts, "a free slot")
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+func cards(n int) string { return fmt.Sprintf("%d %s", n, plural(n, "card", "cards")) }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,252 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// Usage is what is held on one card: memory and compute reserved, device IDs taken, and how many
+// holders want the card alone.
+type Usage struct {
+	MemMiB int64
+	Cores  int
+	// Held is the number of device IDs of the card that are taken.
+	Held int
+	// Whole is the number of holders that want the card alone (whole-card requests, gpucores 100).
+	Whole int
+}
+
+// Card is one card of a node with what is held on it.
+type Card struct {
+	annotations.GPU
+	Usage
+	// modelLower is the model lower-cased once, for selector checks.
+	modelLower string
+	// refs counts holders per device ID: index k is slot k, or the UUID (index 0) when Shares <= 1.
+	refs []int32
+}
+
+// Slots is the number of device IDs the card offers: Shares, at least 1.
+func (c *Card) Slots() int { return max(c.Shares, 1) }
+
+// FreeMemMiB is the memory not reserved, never negative.
+func (c *Card) FreeMemMiB() int64 { return max(c.MemoryMiB-c.MemMiB, 0) }
+
+// FreeCores is the compute percentage not reserved, never negative.
+func (c *Card) FreeCores() int { return max(100-c.Cores, 0) }
+
+// FreeSlots is the number of device IDs not taken.
+func (c *Card) FreeSlots() int { return max(c.Slots()-c.Held, 0) }
+
+// Utilization is how full the card would be with usage u, in [0, 1]: the largest of the memory,
+// compute and device-ID fractions, and 1 when a holder has the card alone.
+func (c *Card) Utilization(u Usage) float64 {
+	if u.Whole > 0 {
+		return 1
+	}
+	f := float64(u.Held) / float64(c.Slots())
+	if c.MemoryMiB > 0 {
+		f = max(f, float64(u.MemMiB)/float64(c.MemoryMiB))
+	}
+	f = max(f, float64(u.Cores)/100)
+	return min(f, 1)
+}
+
+// load is how much of the card's memory and compute usage u takes, in [0, 1]; 1 when held whole.
+func (c *Card) load(u Usage) float64 {
+	if u.Whole > 0 {
+		return 1
+	}
+	f := float64(u.Cores) / 100
+	if c.MemoryMiB > 0 {
+		f = max(f, float64(u.MemMiB)/float64(c.MemoryMiB))
+	}
+	return min(f, 1)
+}
+
+// stranded is the memory and compute left unusable when usage u takes every device ID of the card
+// while load < 1 remains: 1 − load, else 0.
+func (c *Card) stranded(u Usage, load float64) float64 {
+	if u.Held < c.Slots() {
+		return 0
+	}
+	return 1 - load
+}
+
+// DeviceID is the ID the device plugin advertises for slot k of the card (the UUID when the card
+// is not shared).
+func (c *Card) DeviceID(slot int) string {
+	if slot < 0 || c.Shares <= 1 {
+		return c.UUID
+	}
+	return annotations.SlotID(c.UUID, slot)
+}
+
+// slotIndex maps a slot (-1 for the UUID) to an index of refs, or -1 when out of range.
+func (c *Card) slotIndex(slot int) int {
+	if c.Shares <= 1 {
+		if slot <= 0 {
+			return 0
+		}
+		return -1
+	}
+	if slot < 0 || slot >= c.Shares {
+		return -1
+	}
+	return slot
+}
+
+// slotFree reports whether slot k is not taken.
+func (c *Card) slotFree(k int) bool { return c.refs[k] == 0 }
+
+// NodeState is a node's cards and what is held on them. Build it with NewNodeState; change it with
+// Hold/Unhold (records) or Apply/Release (plans). It is not safe for concurrent use.
+type NodeState struct {
+	Name  string
+	Cards []Card
+	// Models summarises the cards for people, e.g. "2x NVIDIA A40, 1x Tesla T4".
+	Models string
+	byUUID map[string]int
+}
+
+// NewNodeState builds the state of a node from its inventory, with nothing held.
+func NewNodeState(name string, inv annotations.Inventory) *NodeState {
+	n := &NodeState{Name: name, Cards: make([]Card, len(inv.GPUs)), byUUID: make(map[string]int, len(inv.GPUs))}
+	for i, g := range inv.GPUs {
+		n.Cards[i] = Card{GPU: g, modelLower: strings.ToLower(g.Model), refs: make([]int32, max(g.Shares, 1))}
+		n.byUUID[g.UUID] = i
+	}
+	n.Models = modelSummary(n.Cards)
+	return n
+}
+
+func modelSummary(cards []Card) string {
+	var order []string
+	count := map[string]int{}
+	for i := range cards {
+		m := cards[i].Model
+		if count[m] == 0 {
+			order = append(order, m)
+		}
+		count[m]++
+	}
+	if len(order) == 0 {
+		return "no cards"
+	}
+	parts := make([]string, len(order))
+	for i, m := range order {
+		parts[i] = fmt.Sprintf("%dx %s", count[m], m)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Clone returns a deep copy.
+func (n *NodeState) Clone() *NodeState {
+	c := *n
+	c.Cards = make([]Card, len(n.Cards))
+	for i := range n.Cards {
+		c.Cards[i] = n.Cards[i]
+		c.Cards[i].refs = append([]int32(nil), n.Cards[i].refs...)
+	}
+	return &c
+}
+
+// CardIndex returns the index of the card with this UUID.
+func (n *NodeState) CardIndex(uuid string) (int, bool) {
+	i, ok := n.byUUID[uuid]
+	return i, ok
+}
+
+// Utilization is the mean utilization of the node's healthy cards, in [0, 1]; 1 when none is healthy.
+func (n *NodeState) Utilization() float64 {
+	sum, healthy := 0.0, 0
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		if c.Healthy {
+			sum += c.Utilization(c.Usage)
+			healthy++
+		}
+	}
+	if healthy == 0 {
+		return 1
+	}
+	return sum / float64(healthy)
+}
+
+// Holding is one device ID held by a pod container (or several containers of one pod that share
+// it), with what it reserves. It is how records (assignments, allocations) enter a NodeState.
+type Holding struct {
+	UUID string
+	// Slot is the share slot, -1 for a card advertised by its UUID alone.
+	Slot   int
+	MemMiB int64
+	Cores  int
+}
+
+// Whole reports whether the holder wants the card alone.
+func (h Holding) Whole() bool { return h.Cores >= 100 }
+
+// HoldingFromID builds a holding from a device ID as the kubelet knows it.
+func HoldingFromID(id string, memMiB int64, cores int) (Holding, error) {
+	uuid, slot, err := annotations.ParseDeviceID(id)
+	if err != nil {
+		return Holding{}, err
+	}
+	return Holding{UUID: uuid, Slot: slot, MemMiB: memMiB, Cores: cores}, nil
+}
+
+// Hold adds a holding. It reports false (and changes nothing) when the node has no such card or
+// slot, e.g. after the inventory changed.
+func (n *NodeState) Hold(h Holding) bool { return n.change(h, 1) }
+
+// Unhold removes a holding added by Hold.
+func (n *NodeState) Unhold(h Holding) bool { return n.change(h, -1) }
+
+func (n *NodeState) change(h Holding, sign int) bool {
+	i, ok := n.byUUID[h.UUID]
+	if !ok {
+		return false
+	}
+	c := &n.Cards[i]
+	k := c.slotIndex(h.Slot)
+	if k < 0 {
+		return false
+	}
+	c.refs[k] += int32(sign)
+	c.Held += sign
+	c.MemMiB += int64(sign) * h.MemMiB
+	c.Cores += sign * h.Cores
+	if h.Whole() {
+		c.Whole += sign
+	}
+	return true
+}
+
+// Apply adds what a plan holds to the node (the plan must have been decided on this node).
+func (n *NodeState) Apply(p *Plan) {
+	for _, d := range p.Devices {
+		n.Hold(n.holding(d))
+	}
+}
+
+// Release removes what Apply added.
+func (n *NodeState) Release(p *Plan) {
+	for _, d := range p.Devices {
+		n.Unhold(n.holding(d))
+	}
+}
+
+// Holdings returns what a plan decided on this node holds, as records would say it.
+func (n *NodeState) Holdings(p *Plan) []Holding {
+	hs := make([]Holding, len(p.Devices))
+	for i, d := range p.Devices {
+		hs[i] = n.holding(d)
+	}
+	return hs
+}
+
+func (n *NodeState) holding(d Device) Holding {
+	return Holding{UUID: n.Cards[d.Card].UUID, Slot: d.Slot, MemMiB: d.MemMiB, Cores: d.Cores}
+}
