@@ -256,7 +256,9 @@ func (f *fit) reuse(c *annotations.ContainerRequest, pool []int) ([]int, *Reason
 		for i := range order {
 			order[i] = i
 		}
-		slices.SortStableFunc(order, func(a, b int) int { return compareScore(scores[a], scores[b], f.plan.Devices[fits[a]].Card, f.plan.Devices[fits[b]].Card) })
+		slices.SortStableFunc(order, func(a, b int) int {
+			return compareScore(scores[a], scores[b], f.plan.Devices[fits[a]].Card, f.plan.Devices[fits[b]].Card)
+		})
 		picked := make([]int, c.Count)
 		for i := range picked {
 			picked[i] = fits[order[i]]
