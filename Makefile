@@ -61,6 +61,28 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s).
 	    echo "fuzz $$pkg $$f"; $(GO) test -run XXX -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
+##@ Images and chart
+IMAGE_REPOSITORY ?= ghcr.io/cardinal-gpu
+IMAGE_TAG        ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGES_DIR       := $(BIN)/images
+
+.PHONY: images
+images: ## Build the three images as OCI tarballs in bin/images/ without a container engine (IMAGE_REPOSITORY, IMAGE_TAG).
+	@mkdir -p $(IMAGES_DIR)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGES_DIR)/ ./cmd/scheduler-extender ./cmd/webhook
+	CGO_ENABLED=1 $(GO) build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o $(IMAGES_DIR)/ ./cmd/device-plugin
+	cd hack/images && $(GO) run . --out $(IMAGES_DIR) --repository $(IMAGE_REPOSITORY) --tag $(IMAGE_TAG) \
+	  --static scheduler-extender=$(IMAGES_DIR)/scheduler-extender --static webhook=$(IMAGES_DIR)/webhook \
+	  --glibc device-plugin=$(IMAGES_DIR)/device-plugin
+
+.PHONY: chart-lint
+chart-lint: testbed-bins ## Run helm lint --strict on charts/cardinal.
+	$(CARDINAL_TESTBED_BIN)/helm lint --strict charts/cardinal
+
+.PHONY: chart-test
+chart-test: testbed-bins ## Run the chart and image tests (render, install/upgrade/uninstall on a real apiserver).
+	$(GO) test -count=1 $(TEST_FLAGS) ./test/chart/...
+
 ##@ Cleaning
 .PHONY: clean
 clean: ## Remove bin/ (the test-bed cache in .cache/ is kept; remove it by hand to rebuild).
