@@ -1,0 +1,336 @@
+package annotations
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Every decoder of outside input has a fuzz target. Their seeds (below and in testdata/fuzz) run
+// in plain `go test`; `make fuzz` runs them for real. Each checks properties, not examples:
+// no panic, a decoded value survives encode+decode unchanged, and an error names its key.
+
+// checkKey fails unless every line of err starts with one of prefixes.
+func checkKey(t *testing.T, err error, prefixes ...string) {
+	t.Helper()
+	for _, line := range strings.Split(err.Error(), "\n") {
+		ok := false
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			t.Fatalf("error line %q starts with none of %q", line, prefixes)
+		}
+	}
+}
+
+func seedRecords(f *testing.F, samples ...string) {
+	for _, s := range samples {
+		f.Add(s)
+	}
+	for _, s := range []string{"", "null", "{}", `{"v":1}`, `{"v":2}`, `{"v":0}`, `{"v":"1"}`, `[]`, `{"v":1,"x":{"y":[1,2]}}`} {
+		f.Add(s)
+	}
+}
+
+func FuzzDecodeInventory(f *testing.F) {
+	s, _ := EncodeInventory(sampleInventory())
+	s16, _ := EncodeInventory(inventory16())
+	seedRecords(f, s, s16,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-a","shares":1}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a::1","shares":2}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","memoryMiB":-1,"shares":1}]}`,
+		`{"v":1,"gpus":[{"UUID":"GPU-a","Shares":3,"numa":-1}]}`,
+		`{"v":1,"gpus":[]}`, `{"v":1,"gpus":null}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := DecodeInventory(in)
+		if err != nil {
+			checkKey(t, err, GPUInventory+": ")
+			return
+		}
+		if got.V != Version {
+			t.Fatalf("decoded version %d", got.V)
+		}
+		enc, err := EncodeInventory(got)
+		if err != nil {
+			t.Fatalf("decoded %+v but cannot encode it: %v", got, err)
+		}
+		again, err := DecodeInventory(enc)
+		if err != nil {
+			t.Fatalf("cannot decode own encoding %s: %v", enc, err)
+		}
+		if diff := cmp.Diff(got, again); diff != "" {
+			t.Fatalf("round trip changed the value (-first +second):\n%s", diff)
+		}
+		for i := range got.GPUs {
+			for _, id := range got.GPUs[i].DeviceIDs() {
+				if u, _, err := ParseDeviceID(id); err != nil || u != got.GPUs[i].UUID {
+					t.Fatalf("device ID %q of card %q: %q, %v", id, got.GPUs[i].UUID, u, err)
+				}
+			}
+		}
+	})
+}
+
+func FuzzDecodeAssignment(f *testing.F) {
+	s, _ := EncodeAssignment(sampleAssignment())
+	seedRecords(f, s,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"GPU-a","id":"GPU-a"}]},{"name":"b","devices":[{"uuid":"GPU-a","id":"GPU-a"}]}]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","init":true,"devices":[{"uuid":"GPU-a","id":"GPU-a::0","cores":100}]}]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"GPU-a","id":"GPU-b::0"}]}]}`,
+		`{"v":1,"node":"","containers":[]}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := DecodeAssignment(in)
+		if err != nil {
+			checkKey(t, err, GPUAssignment+": ")
+			return
+		}
+		enc, err := EncodeAssignment(got)
+		if err != nil {
+			t.Fatalf("decoded %+v but cannot encode it: %v", got, err)
+		}
+		again, err := DecodeAssignment(enc)
+		if err != nil {
+			t.Fatalf("cannot decode own encoding %s: %v", enc, err)
+		}
+		if diff := cmp.Diff(got, again); diff != "" {
+			t.Fatalf("round trip changed the value (-first +second):\n%s", diff)
+		}
+		for i := range got.Containers {
+			c := &got.Containers[i]
+			if got.Container(c.Name) != c {
+				t.Fatalf("Container(%q) does not find containers[%d]", c.Name, i)
+			}
+			if len(c.IDs()) != len(c.Devices) || len(c.Devices) == 0 {
+				t.Fatalf("container %q: %d IDs for %d devices", c.Name, len(c.IDs()), len(c.Devices))
+			}
+		}
+	})
+}
+
+func FuzzDecodeAllocation(f *testing.F) {
+	s, _ := EncodeAllocation(sampleAllocation())
+	seedRecords(f, s,
+		`{"v":1,"node":"n","containers":[{"name":"a","ids":["GPU-a","GPU-a::1"],"source":"podresources"}]}`,
+		`{"v":1,"containers":[{"name":"a","ids":["GPU-a"]},{"name":"a","ids":[]}]}`,
+		`{"v":1,"containers":[{"name":"","ids":null}]}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := DecodeAllocation(in)
+		if err != nil {
+			checkKey(t, err, GPUAllocated+": ")
+			return
+		}
+		enc, err := EncodeAllocation(got)
+		if err != nil {
+			t.Fatalf("decoded %+v but cannot encode it: %v", got, err)
+		}
+		again, err := DecodeAllocation(enc)
+		if err != nil {
+			t.Fatalf("cannot decode own encoding %s: %v", enc, err)
+		}
+		if diff := cmp.Diff(got, again); diff != "" {
+			t.Fatalf("round trip changed the value (-first +second):\n%s", diff)
+		}
+	})
+}
+
+func FuzzParseSelector(f *testing.F) {
+	// present is a bit mask of which of the seven annotations are set (bit 0: use-gputype, ...).
+	f.Add(uint8(0x7f), "A100,H100", "40GB", "GPU-1,GPU-2", "GPU-3", "true", "spread", "binpack")
+	f.Add(uint8(0x7f), "a,,b", ",", " ", "x,", "yes", "Best", "")
+	f.Add(uint8(0x0c), "", "", "GPU-1", "GPU-1", "", "", "")
+	f.Add(uint8(0x03), "T4", "t4", "", "", "", "", "")
+	f.Add(uint8(0x70), "", "", "", "", " TRUE ", "FRAG-AWARE", "Spread")
+	f.Add(uint8(0x01), "İ,i̇", "", "", "", "", "", "")
+	f.Fuzz(func(t *testing.T, present uint8, useT, nouseT, useU, nouseU, numa, nodeP, gpuP string) {
+		keys := []string{UseGPUType, NoUseGPUType, UseGPUUUID, NoUseGPUUUID, NUMABind, NodePolicy, GPUPolicy}
+		values := []string{useT, nouseT, useU, nouseU, numa, nodeP, gpuP}
+		ann := map[string]string{}
+		for i, k := range keys {
+			if present&(1<<i) != 0 {
+				ann[k] = values[i]
+			}
+		}
+		s, err := ParseSelector(ann)
+		if err != nil {
+			prefixes := make([]string, len(keys))
+			for i, k := range keys {
+				prefixes[i] = k + ": "
+			}
+			checkKey(t, err, prefixes...)
+			return
+		}
+		// Written back as annotations, the parsed selector parses to itself.
+		back := map[string]string{}
+		put := func(k string, v []string) {
+			if len(v) > 0 {
+				back[k] = strings.Join(v, ",")
+			}
+		}
+		put(UseGPUType, s.UseTypes)
+		put(NoUseGPUType, s.NoUseTypes)
+		put(UseGPUUUID, s.UseUUIDs)
+		put(NoUseGPUUUID, s.NoUseUUIDs)
+		if s.NUMABind {
+			back[NUMABind] = "true"
+		}
+		if s.NodePolicy != "" {
+			back[NodePolicy] = string(s.NodePolicy)
+		}
+		if s.GPUPolicy != "" {
+			back[GPUPolicy] = string(s.GPUPolicy)
+		}
+		again, err := ParseSelector(back)
+		if err != nil {
+			t.Fatalf("selector %+v written back as %v does not parse: %v", s, back, err)
+		}
+		if diff := cmp.Diff(s, again); diff != "" {
+			t.Fatalf("round trip changed the selector (-first +second):\n%s", diff)
+		}
+		// A card named exactly like an allowed entry passes the "use" rules it was named for.
+		if len(s.UseUUIDs) > 0 && len(s.UseTypes) == 0 && len(s.NoUseTypes) == 0 && len(s.NoUseUUIDs) == 0 {
+			if m := s.Check("any model", s.UseUUIDs[0]); m != MatchOK {
+				t.Fatalf("card %q refused by %v", s.UseUUIDs[0], m.Key())
+			}
+		}
+		// A card whose model is an allowed type passes: matching is a case-insensitive substring.
+		if len(s.UseTypes) > 0 && len(s.NoUseTypes) == 0 && len(s.UseUUIDs) == 0 && len(s.NoUseUUIDs) == 0 {
+			if m := s.Check("NVIDIA "+s.UseTypes[0]+" card", "GPU-x"); m != MatchOK {
+				t.Fatalf("model containing %q refused by %v", s.UseTypes[0], m.Key())
+			}
+		}
+	})
+}
+
+func FuzzParseDeviceID(f *testing.F) {
+	for _, s := range []string{uuid0, uuid0 + "::0", uuid0 + "::1023", "", "::", "a::b::c", "GPU-a::01", "GPU-a::-0", "GPU a", "x::9223372036854775808"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		u, slot, err := ParseDeviceID(id)
+		if err != nil {
+			checkKey(t, err, "device ID ")
+			return
+		}
+		if u == "" || slot < -1 {
+			t.Fatalf("ParseDeviceID(%q) = %q, %d", id, u, slot)
+		}
+		// The parts format back to the same ID.
+		back := u
+		if slot >= 0 {
+			back = SlotID(u, slot)
+		}
+		if back != id {
+			t.Fatalf("ParseDeviceID(%q) = %q, %d, which formats as %q", id, u, slot, back)
+		}
+	})
+}
+
+func FuzzParseContainerRequest(f *testing.F) {
+	// Each resource is a quantity string; "" leaves it out. inRequests puts it in requests, not limits.
+	f.Add("1", "", "", "", uint8(0))
+	f.Add("2", "10240", "", "30", uint8(0))
+	f.Add("1", "", "140", "", uint8(0))
+	f.Add("", "1000", "", "", uint8(0))
+	f.Add("0", "", "", "50", uint8(0))
+	f.Add("1.5", "1Gi", "50", "101", uint8(0x0f))
+	f.Add("2000m", "24Gi", "0.5", "-1", uint8(0x05))
+	f.Add("1e30", "1e-3", "100", "100", uint8(0))
+	f.Fuzz(func(t *testing.T, gpu, mem, pct, cores string, inRequests uint8) {
+		names := DefaultResourceNames()
+		c := corev1.Container{Name: "c"}
+		for i, kv := range []struct {
+			name corev1.ResourceName
+			v    string
+		}{{names.GPU, gpu}, {names.Mem, mem}, {names.MemPercentage, pct}, {names.Cores, cores}} {
+			if kv.v == "" {
+				continue
+			}
+			q, err := resource.ParseQuantity(kv.v)
+			if err != nil {
+				continue
+			}
+			if inRequests&(1<<i) != 0 {
+				if c.Resources.Requests == nil {
+					c.Resources.Requests = corev1.ResourceList{}
+				}
+				c.Resources.Requests[kv.name] = q
+			} else {
+				if c.Resources.Limits == nil {
+					c.Resources.Limits = corev1.ResourceList{}
+				}
+				c.Resources.Limits[kv.name] = q
+			}
+		}
+		r, err := ParseContainerRequest(&c, names)
+		if err != nil {
+			prefixes := []string{}
+			for _, n := range names.All() {
+				prefixes = append(prefixes, `container "c": `+string(n)+": ")
+			}
+			checkKey(t, err, prefixes...)
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("error %v holds no *Error", err)
+			}
+			if diff := cmp.Diff(ContainerRequest{Name: "c"}, r); diff != "" {
+				t.Fatalf("request returned with an error (-want +got):\n%s", diff)
+			}
+			return
+		}
+		// Every rule holds on what was accepted.
+		switch {
+		case r.Count < 0 || r.Count > MaxGPUsPerContainer:
+			t.Fatalf("count %d", r.Count)
+		case r.Shared && r.Count == 0:
+			t.Fatalf("shared request with no card: %+v", r)
+		case r.MemoryMiB < 0 || r.MemoryMiB > MaxMemoryMiB:
+			t.Fatalf("memory %d", r.MemoryMiB)
+		case r.MemoryPercent < 0 || r.MemoryPercent > 100:
+			t.Fatalf("percentage %d", r.MemoryPercent)
+		case r.Cores < 0 || r.Cores > 100:
+			t.Fatalf("cores %d", r.Cores)
+		case r.MemoryMiB > 0 && r.MemoryPercent > 0:
+			t.Fatalf("memory and percentage together: %+v", r)
+		case r.MemoryOn(1000) < 0 || r.MemoryOn(1000) > max(1000, r.MemoryMiB):
+			t.Fatalf("MemoryOn(1000) = %d for %+v", r.MemoryOn(1000), r)
+		}
+		// The accepted request, written as plain limits, parses to itself.
+		again := corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{}}}
+		if r.Count > 0 {
+			again.Resources.Limits[names.GPU] = *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
+		}
+		if _, ok := quantityOf(&c, names.Mem); ok {
+			again.Resources.Limits[names.Mem] = *resource.NewQuantity(r.MemoryMiB, resource.DecimalSI)
+		}
+		if _, ok := quantityOf(&c, names.MemPercentage); ok {
+			again.Resources.Limits[names.MemPercentage] = *resource.NewQuantity(int64(r.MemoryPercent), resource.DecimalSI)
+		}
+		if _, ok := quantityOf(&c, names.Cores); ok {
+			again.Resources.Limits[names.Cores] = *resource.NewQuantity(int64(r.Cores), resource.DecimalSI)
+		}
+		r2, err := ParseContainerRequest(&again, names)
+		if err != nil {
+			t.Fatalf("accepted %+v, but its plain form does not parse: %v", r, err)
+		}
+		if diff := cmp.Diff(r, r2); diff != "" {
+			t.Fatalf("round trip changed the request (-first +second):\n%s", diff)
+		}
+	})
+}
+
+// quantityOf reports whether the container names the resource in limits or requests.
+func quantityOf(c *corev1.Container, name corev1.ResourceName) (resource.Quantity, bool) {
+	if q, ok := c.Resources.Limits[name]; ok {
+		return q, true
+	}
+	q, ok := c.Resources.Requests[name]
+	return q, ok
+}

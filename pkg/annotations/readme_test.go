@@ -1,0 +1,233 @@
+package annotations
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The README's contract section is documentation people act on; these tests keep it equal to the code.
+
+const readmePath = "../../README.md"
+
+// contractSection returns the README text between the contract markers.
+func contractSection(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	const begin, end = "<!-- contract:begin -->", "<!-- contract:end -->"
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no %s ... %s section", readmePath, begin, end)
+	}
+	return s[i+len(begin) : j]
+}
+
+// readmeTables returns, for each table of the section whose header starts with one of headers, the
+// back-quoted value of the first cell of every row.
+func readmeTables(t *testing.T, section string) map[string][]string {
+	t.Helper()
+	first := regexp.MustCompile("^\\| `([^`]+)` \\|")
+	tables := map[string][]string{}
+	current := ""
+	for _, line := range strings.Split(section, "\n") {
+		switch {
+		case !strings.HasPrefix(line, "|"):
+			current = ""
+		case current == "":
+			current = strings.TrimSpace(line)
+			tables[current] = []string{}
+		case strings.HasPrefix(line, "|---"):
+		default:
+			m := first.FindStringSubmatch(line)
+			if m == nil {
+				t.Errorf("README table %q: row without a `key` in its first cell: %s", current, line)
+				continue
+			}
+			tables[current] = append(tables[current], m[1])
+		}
+	}
+	return tables
+}
+
+// slashConstants returns the value of every string constant of the package (test files aside) that
+// looks like a resource name or annotation key (domain/name), so a new key cannot be left out of
+// the README.
+func slashConstants(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, v := range vs.Values {
+					lit, ok := v.(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						continue
+					}
+					s, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if strings.Contains(s, "/") {
+						out[s] = vs.Names[i].Name
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestReadmeTablesMatchConstants(t *testing.T) {
+	tables := readmeTables(t, contractSection(t))
+	const (
+		resourceTable = "| resource | flag | value | meaning |"
+		podTable      = "| key | value | rule |"
+		internalTable = "| key | on | written by | record |"
+	)
+	var resources []string
+	for _, r := range DefaultResourceNames().All() {
+		resources = append(resources, string(r))
+	}
+	want := map[string][]string{resourceTable: resources, podTable: UserKeys, internalTable: InternalKeys}
+	if diff := cmp.Diff(want, tables); diff != "" {
+		t.Errorf("README contract tables (first column, in order) differ from the constants (-code +README):\n%s", diff)
+	}
+
+	// Every key-like constant of the package is in one of the lists above, and so in the README.
+	listed := map[string]bool{}
+	for _, keys := range want {
+		for _, k := range keys {
+			listed[k] = true
+		}
+	}
+	for value, name := range slashConstants(t) {
+		if !listed[value] {
+			t.Errorf("constant %s = %q is in no README table (and not in UserKeys, InternalKeys or DefaultResourceNames)", name, value)
+		}
+	}
+}
+
+func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
+	section := contractSection(t)
+	for _, p := range Policies {
+		if !strings.Contains(section, "`"+string(p)+"`") {
+			t.Errorf("README contract does not name policy `%s`", p)
+		}
+	}
+	for _, flag := range []string{"--resource-gpu", "--resource-gpumem", "--resource-gpumem-percentage", "--resource-gpucores"} {
+		if !strings.Contains(section, "`"+flag+"`") {
+			t.Errorf("README contract does not name flag `%s`", flag)
+		}
+	}
+	if !strings.Contains(section, "| 0–"+strconv.Itoa(MaxGPUsPerContainer)+" |") {
+		t.Errorf("README resource table does not give 0–%d for nvidia.com/gpu", MaxGPUsPerContainer)
+	}
+	if !strings.Contains(section, "1–"+strconv.Itoa(MaxMemoryMiB)+" (MiB)") {
+		t.Errorf("README resource table does not give 1–%d (MiB) for nvidia.com/gpumem", MaxMemoryMiB)
+	}
+}
+
+// The JSON examples are the records the tests use, so they are valid and show the real shape.
+func TestReadmeJSONExamples(t *testing.T) {
+	section := contractSection(t)
+	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) != 3 {
+		t.Fatalf("README contract has %d json blocks, want 3 (inventory, assignment, allocation)", len(blocks))
+	}
+	inv, err := DecodeInventory(blocks[0][1])
+	if err != nil {
+		t.Errorf("inventory example: %v", err)
+	}
+	wantInv := sampleInventory()
+	wantInv.V = Version
+	if diff := cmp.Diff(wantInv, inv); diff != "" {
+		t.Errorf("inventory example (-want +README):\n%s", diff)
+	}
+	as, err := DecodeAssignment(blocks[1][1])
+	if err != nil {
+		t.Errorf("assignment example: %v", err)
+	}
+	wantAs := sampleAssignment()
+	wantAs.V = Version
+	if diff := cmp.Diff(wantAs, as); diff != "" {
+		t.Errorf("assignment example (-want +README):\n%s", diff)
+	}
+	al, err := DecodeAllocation(blocks[2][1])
+	if err != nil {
+		t.Errorf("allocation example: %v", err)
+	}
+	wantAl := sampleAllocation()
+	wantAl.V = Version
+	if diff := cmp.Diff(wantAl, al); diff != "" {
+		t.Errorf("allocation example (-want +README):\n%s", diff)
+	}
+	// Compacted, each example is exactly what Encode writes.
+	for i, enc := range []func() (string, error){
+		func() (string, error) { return EncodeInventory(sampleInventory()) },
+		func() (string, error) { return EncodeAssignment(sampleAssignment()) },
+		func() (string, error) { return EncodeAllocation(sampleAllocation()) },
+	} {
+		want, err := enc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.NewReplacer("\n", "", "  ", "").Replace(blocks[i][1])
+		if got != want {
+			t.Errorf("json block %d, without line breaks and indentation:\n%s\nwant (Encode):\n%s", i+1, got, want)
+		}
+	}
+}
+
+func TestReadmeErrorExamplesAreReal(t *testing.T) {
+	section := contractSection(t)
+	examples := []error{
+		func() error { _, err := ParseSelector(map[string]string{UseGPUUUID: "GPU-a,,GPU-b"}); return err }(),
+		func() error {
+			_, err := ParseSelector(map[string]string{UseGPUUUID: "GPU-a", NoUseGPUUUID: "GPU-a"})
+			return err
+		}(),
+		func() error { _, err := ParseSelector(map[string]string{NodePolicy: "best"}); return err }(),
+		func() error {
+			c := ctr("train", res("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "140"), nil)
+			_, err := ParseContainerRequest(&c, DefaultResourceNames())
+			return err
+		}(),
+	}
+	for _, err := range examples {
+		if err == nil {
+			t.Fatal("example input was accepted")
+		}
+		if !strings.Contains(section, "`"+err.Error()+"`") {
+			t.Errorf("README does not show the real message `%s`", err)
+		}
+	}
+}
