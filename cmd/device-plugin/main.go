@@ -1,12 +1,62 @@
-// Command device-plugin is a placeholder until its issue lands.
+// Command device-plugin is Cardinal's node agent: it discovers the node's NVIDIA cards (NVML, or a
+// simulated NVML file), publishes them on the Node, registers them with the kubelet and hands each
+// container exactly the cards the scheduler extender assigned it.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/cardinal-gpu/cardinal/pkg/deviceplugin"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "device-plugin: not implemented")
-	os.Exit(2)
+	cfg := deviceplugin.DefaultConfig()
+	logOpts := logging.Options{}
+	fs := pflag.NewFlagSet("device-plugin", pflag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: device-plugin [flags]\n\n"+
+			"Cardinal's device plugin. Discovers the node's NVIDIA cards through NVML (or --simulate), writes\n"+
+			"them to the Node annotation cardinal.io/gpu-inventory, registers the GPU resource with the kubelet\n"+
+			"and answers Allocate with the cards cardinal.io/gpu-assignment names, setting NVIDIA_VISIBLE_DEVICES\n"+
+			"and, for shared cards, the HAMi-core and MPS limit variables.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of this node (default $NODE_NAME)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", cfg.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account")
+	fs.StringVar(&cfg.DevicePluginDir, "device-plugin-dir", cfg.DevicePluginDir, "the kubelet's device-plugin folder (holds kubelet.sock; the plugin's socket goes there too)")
+	fs.StringVar(&cfg.PodResourcesSocket, "pod-resources-socket", cfg.PodResourcesSocket, "the kubelet's PodResources API socket, the truth about which container holds which device")
+	fs.StringVar(&cfg.Simulate, "simulate", cfg.Simulate, "path of a simulated-NVML YAML file (see README); empty uses the real NVML (libnvidia-ml, loaded at run time)")
+	fs.IntVar(&cfg.Shares, "shares", cfg.Shares, "pods that may share one card: 1 advertises one device per card (its UUID); N>1 advertises N slot devices <UUID>::<k> per card")
+	fs.BoolVar(&cfg.Topology, "topology", cfg.Topology, "report each device's NUMA node to the kubelet (TopologyInfo), so its TopologyManager can align CPUs with the cards")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of /healthz, /readyz and /metrics; empty disables them")
+	fs.StringVar(&cfg.SysfsRoot, "sysfs-root", cfg.SysfsRoot, "sysfs mount the NUMA node of each card is read from (<root>/bus/pci/devices/<busid>/numa_node)")
+	fs.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", cfg.ReconcileInterval, "how often the allocation records are compared with the kubelet's PodResources (also once at start)")
+	fs.DurationVar(&cfg.HealthRecoveryInterval, "health-recovery-interval", cfg.HealthRecoveryInterval, "an unhealthy card that sees no critical XID for this long and passes an NVML probe is healthy again")
+	cfg.Names.AddFlags(fs)
+	logOpts.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	log, err := logging.New(logOpts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "device-plugin:", err)
+		os.Exit(2)
+	}
+	cfg.Log = log
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := deviceplugin.Run(ctx, cfg); err != nil {
+		log.Error(err, "device plugin stopped")
+		os.Exit(1)
+	}
 }

@@ -1,0 +1,156 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// kubeletLink serves the plugin on a socket in the kubelet's device-plugin folder and registers it,
+// again whenever the kubelet restarts (it recreates kubelet.sock and wipes the folder).
+type kubeletLink struct {
+	plugin   *Plugin
+	dir      string
+	socket   string // our socket's file name
+	resource string
+	log      logr.Logger
+	// registered is true while the current server is registered with the current kubelet.
+	registered atomic.Bool
+	// registrations counts successful registrations (tests wait on it).
+	registrations atomic.Int64
+}
+
+// socketName derives the plugin's socket file name from the resource name.
+func socketName(resource string) string {
+	r := strings.NewReplacer("/", "-", ".", "-")
+	return "cardinal-" + r.Replace(resource) + ".sock"
+}
+
+// run serves and registers until ctx ends.
+func (k *kubeletLink) run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", k.dir, err)
+	}
+	defer w.Close()
+	if err := w.Add(k.dir); err != nil {
+		return fmt.Errorf("watch %s: %w", k.dir, err)
+	}
+	kubeletSock := filepath.Join(k.dir, filepath.Base(pluginapi.KubeletSocket))
+	for ctx.Err() == nil {
+		srv, served, err := k.serve()
+		if err != nil {
+			return err
+		}
+		restart := k.registerAndWait(ctx, w, kubeletSock, served)
+		k.registered.Store(false)
+		srv.Stop()
+		if !restart {
+			break
+		}
+	}
+	os.Remove(filepath.Join(k.dir, k.socket))
+	return nil
+}
+
+func (k *kubeletLink) serve() (*grpc.Server, <-chan error, error) {
+	path := filepath.Join(k.dir, k.socket)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, k.plugin)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	return srv, served, nil
+}
+
+// registerAndWait registers (retrying with backoff while the kubelet is not there) and then waits
+// for a reason to start over. It returns false when ctx ended.
+func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, kubeletSock string, served <-chan error) bool {
+	delay := 100 * time.Millisecond
+	var retry <-chan time.Time
+	try := func() {
+		err := k.register(ctx, kubeletSock)
+		k.plugin.metrics.registered(err)
+		if err != nil {
+			k.log.Info("registration with the kubelet failed; will retry", "error", err.Error(), "in", delay.String())
+			retry = time.After(delay)
+			delay = min(delay*2, 10*time.Second)
+			return
+		}
+		k.registered.Store(true)
+		k.registrations.Add(1)
+		k.log.Info("registered with the kubelet", "resource", k.resource, "socket", k.socket)
+		retry = nil
+	}
+	try()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-retry:
+			try()
+		case err := <-served:
+			k.log.Error(err, "device plugin gRPC server stopped; starting again")
+			return true
+		case ev, ok := <-w.Events:
+			if !ok {
+				return false
+			}
+			switch {
+			case ev.Name == kubeletSock && ev.Has(fsnotify.Create):
+				// A new kubelet: it has wiped the folder, so serve a fresh socket and register.
+				k.log.Info("kubelet socket created; registering again")
+				return true
+			case ev.Name == filepath.Join(k.dir, k.socket) && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
+				k.log.Info("plugin socket removed; serving and registering again")
+				return true
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return false
+			}
+			k.log.Error(err, "device-plugin folder watch error")
+		}
+	}
+}
+
+func (k *kubeletLink) register(ctx context.Context, kubeletSock string) error {
+	if _, err := os.Stat(kubeletSock); err != nil {
+		return fmt.Errorf("kubelet socket: %w", err)
+	}
+	conn, err := grpc.NewClient("unix://"+kubeletSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial kubelet: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     k.socket,
+		ResourceName: k.resource,
+		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+	})
+	if err != nil {
+		return fmt.Errorf("register %s: %w", k.resource, err)
+	}
+	return nil
+}

@@ -1,0 +1,375 @@
+package deviceplugin
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+)
+
+// Plugin is the kubelet-facing device plugin and the node's view of its pods. Its gRPC methods answer
+// from memory under one mutex: no API call and no decoding on the Allocate path.
+type Plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	node     string
+	names    annotations.ResourceNames
+	topology bool
+	log      logr.Logger
+	metrics  *metrics
+	// record is called (outside the lock) with pods whose allocation record must be written.
+	record func(types.UID)
+	// devicesChanged is called (outside the lock) after a health change.
+	devicesChanged func()
+	// failed is called (outside the lock) when Allocate refuses a request.
+	failed func(*AllocateError)
+
+	mu    sync.Mutex
+	table *deviceTable
+	pods  map[types.UID]*podEntry
+	byKey map[string]types.UID
+	seq   uint64
+	// local holds what this process learned (its Allocate answers, PodResources) and has not yet
+	// seen come back on the pod, by pod and container.
+	local map[types.UID]map[string]annotations.ContainerAllocation
+	// changed is closed and replaced on every health change, waking ListAndWatch streams.
+	changed chan struct{}
+}
+
+var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
+
+type pluginOptions struct {
+	Node     string
+	Names    annotations.ResourceNames
+	Cards    []nvidia.Card
+	Shares   int
+	Topology bool
+	Log      logr.Logger
+	Metrics  *metrics
+}
+
+func newPlugin(o pluginOptions) *Plugin {
+	p := &Plugin{
+		node: o.Node, names: o.Names, topology: o.Topology, log: o.Log, metrics: o.Metrics,
+		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {},
+		table: newDeviceTable(o.Cards, o.Shares),
+		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
+		local:   map[types.UID]map[string]annotations.ContainerAllocation{},
+		changed: make(chan struct{}),
+	}
+	if p.metrics == nil {
+		p.metrics = newMetrics()
+	}
+	p.metrics.setDevices(p.table)
+	return p
+}
+
+// UpsertPod records a pod from the informer. Pods not bound to this node are dropped.
+func (p *Plugin) UpsertPod(pod *corev1.Pod) {
+	if pod.Spec.NodeName != p.node {
+		p.DeletePod(pod)
+		return
+	}
+	e := newPodEntry(pod, p.node, p.names)
+	p.mu.Lock()
+	if old, ok := p.pods[pod.UID]; ok {
+		e.seq = old.seq
+	} else {
+		p.seq++
+		e.seq = p.seq
+	}
+	p.pods[pod.UID] = e
+	p.byKey[e.key()] = pod.UID
+	// Local knowledge the pod now carries is dropped: the record is the truth from here on.
+	if loc := p.local[pod.UID]; loc != nil {
+		for name, c := range loc {
+			if r, ok := e.Recorded[name]; ok && sameSet(r.IDs, c.IDs) && r.Source == c.Source {
+				delete(loc, name)
+			}
+		}
+		if len(loc) == 0 {
+			delete(p.local, pod.UID)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// DeletePod forgets a pod.
+func (p *Plugin) DeletePod(pod *corev1.Pod) {
+	p.mu.Lock()
+	if e, ok := p.pods[pod.UID]; ok {
+		if p.byKey[e.key()] == pod.UID {
+			delete(p.byKey, e.key())
+		}
+		delete(p.pods, pod.UID)
+	}
+	delete(p.local, pod.UID)
+	p.mu.Unlock()
+}
+
+// SetHealth applies a health change; it reports whether anything changed.
+func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
+	p.mu.Lock()
+	i, ok := p.table.byUUID[ev.UUID]
+	if !ok || p.table.cards[i].Healthy == ev.Healthy {
+		p.mu.Unlock()
+		return false
+	}
+	p.table.cards[i].Healthy = ev.Healthy
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.metrics.setDevices(p.table)
+	p.mu.Unlock()
+	p.log.Info("card health changed", logging.KeyGPU, ev.UUID, "healthy", ev.Healthy, logging.KeyReason, ev.Reason)
+	p.devicesChanged()
+	return true
+}
+
+// Inventory returns the node's inventory as it should be published.
+func (p *Plugin) Inventory() annotations.Inventory {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.table.inventory()
+}
+
+// holdersLocked lists every GPU container of the pods on this node, oldest pod first, containers in
+// the order the kubelet allocates them.
+func (p *Plugin) holdersLocked() []holder {
+	pods := make([]*podEntry, 0, len(p.pods))
+	for _, e := range p.pods {
+		if len(e.Order) > 0 && !e.Gone {
+			pods = append(pods, e)
+		}
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].seq < pods[j].seq })
+	var hs []holder
+	for _, e := range pods {
+		for _, c := range e.Order {
+			h := holder{Pod: e, Name: c.Name, Count: c.Count}
+			if e.Assignment != nil {
+				h.Assigned = e.Assignment.Container(c.Name)
+			}
+			_, h.Allocated = p.local[e.UID][c.Name]
+			if _, rec := e.Recorded[c.Name]; rec {
+				h.Allocated = true
+			}
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// GetDevicePluginOptions implements the device plugin API.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// ListAndWatch sends the device list, then again after every health change, until the stream ends.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		p.mu.Lock()
+		devs := p.table.pluginDevices(p.topology)
+		changed := p.changed
+		p.mu.Unlock()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// GetPreferredAllocation steers the kubelet to the assigned IDs (see preferred).
+func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	p.mu.Lock()
+	holders := p.holdersLocked()
+	for _, c := range req.ContainerRequests {
+		ids, fromAssignment := preferred(p.table, holders, c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize))
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+		p.metrics.preferred(fromAssignment)
+		p.log.V(1).Info("preferred allocation", logging.KeyDevices, ids, "fromAssignment", fromAssignment, "size", c.AllocationSize)
+	}
+	p.mu.Unlock()
+	return resp, nil
+}
+
+// Allocate finds the container the IDs belong to and returns its environment; the allocation record
+// is written on the pod afterwards, asynchronously.
+func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	start := time.Now()
+	resp := &pluginapi.AllocateResponse{}
+	var served []outcome
+	p.mu.Lock()
+	holders := p.holdersLocked()
+	for _, c := range req.ContainerRequests {
+		o, aerr := resolve(p.table, holders, c.DevicesIds)
+		if aerr != nil {
+			p.mu.Unlock()
+			p.metrics.allocated(string(aerr.Reason), time.Since(start))
+			p.log.Error(aerr, "allocate refused", logging.KeyDevices, c.DevicesIds, logging.KeyReason, string(aerr.Reason))
+			p.failed(aerr)
+			return nil, status.Error(codeOf(aerr.Reason), aerr.Error())
+		}
+		if o.Owner != nil {
+			// A later request in the same call must not match this container again.
+			o.Owner.Allocated = true
+		}
+		served = append(served, o)
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: containerEnv(p.table, o)})
+	}
+	var toRecord []types.UID
+	for _, o := range served {
+		if o.Owner == nil {
+			continue // a pod Cardinal did not schedule: PodResources reconciliation records it
+		}
+		uid := o.Owner.Pod.UID
+		if p.local[uid] == nil {
+			p.local[uid] = map[string]annotations.ContainerAllocation{}
+		}
+		p.local[uid][o.Owner.Name] = allocationRecord(o.Owner.Name, o.IDs, annotations.SourceAllocate)
+		if !slices.Contains(toRecord, uid) {
+			toRecord = append(toRecord, uid)
+		}
+	}
+	p.mu.Unlock()
+	result := "exact"
+	for _, o := range served {
+		switch {
+		case o.Owner == nil:
+			result = "unmanaged"
+			p.log.Info("allocated to a pod Cardinal did not schedule", logging.KeyDevices, o.IDs)
+		case !o.Exact:
+			result = "corrected"
+			p.log.Info("allocated other devices than assigned; record corrected", logging.KeyPod, o.Owner.Pod.key(),
+				logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs, "assigned", o.Owner.ids())
+		default:
+			p.log.Info("allocated", logging.KeyPod, o.Owner.Pod.key(), logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
+		}
+	}
+	p.metrics.allocated(result, time.Since(start))
+	for _, uid := range toRecord {
+		p.record(uid)
+	}
+	return resp, nil
+}
+
+// PreStartContainer is not used (the plugin does not ask for it at registration).
+func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+func codeOf(r Reason) codes.Code {
+	switch r {
+	case ReasonInvalidID, ReasonUnknownDevice, ReasonDuplicateID:
+		return codes.InvalidArgument
+	}
+	return codes.FailedPrecondition
+}
+
+// pendingRecord returns the allocation record pod uid should carry: what it carries, overlaid with
+// what this process learned. changed is false when the pod already carries exactly that.
+func (p *Plugin) pendingRecord(uid types.UID) (e podEntry, rec annotations.Allocation, changed, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pe, ok := p.pods[uid]
+	if !ok {
+		return podEntry{}, rec, false, false
+	}
+	merged := map[string]annotations.ContainerAllocation{}
+	for n, c := range pe.Recorded {
+		merged[n] = c
+	}
+	for n, c := range p.local[uid] {
+		if r, has := merged[n]; !has || !sameSet(r.IDs, c.IDs) || r.Source != c.Source {
+			merged[n] = c
+			changed = true
+		}
+	}
+	if pe.RecordedErr != nil && len(merged) > 0 {
+		changed = true // overwrite a malformed record
+	}
+	rec = annotations.Allocation{V: annotations.Version, Node: p.node}
+	// Containers in the pod's order, then any others by name.
+	for _, c := range pe.Order {
+		if a, has := merged[c.Name]; has {
+			rec.Containers = append(rec.Containers, a)
+			delete(merged, c.Name)
+		}
+	}
+	rest := make([]string, 0, len(merged))
+	for n := range merged {
+		rest = append(rest, n)
+	}
+	sort.Strings(rest)
+	for _, n := range rest {
+		rec.Containers = append(rec.Containers, merged[n])
+	}
+	return *pe, rec, changed, true
+}
+
+// applyPodResources takes the kubelet's record of who holds which device as the truth: containers
+// whose record differs (or is missing) get a corrected one with Source "podresources". It returns
+// the pods whose record must be written.
+func (p *Plugin) applyPodResources(list *podresourcesapi.ListPodResourcesResponse) []types.UID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []types.UID
+	for _, pr := range list.GetPodResources() {
+		uid, ok := p.byKey[pr.GetNamespace()+"/"+pr.GetName()]
+		if !ok {
+			continue
+		}
+		e := p.pods[uid]
+		if e.Gone {
+			continue
+		}
+		for _, c := range pr.GetContainers() {
+			var ids []string
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == string(p.names.GPU) {
+					ids = append(ids, d.GetDeviceIds()...)
+				}
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			cur, has := p.local[uid][c.GetName()]
+			if !has {
+				cur, has = e.Recorded[c.GetName()]
+			}
+			if has && sameSet(cur.IDs, ids) {
+				continue
+			}
+			if p.local[uid] == nil {
+				p.local[uid] = map[string]annotations.ContainerAllocation{}
+			}
+			sort.Strings(ids)
+			p.local[uid][c.GetName()] = allocationRecord(c.GetName(), ids, annotations.SourcePodResources)
+			p.log.Info("recording devices from PodResources", logging.KeyPod, e.key(), logging.KeyContainer, c.GetName(),
+				logging.KeyDevices, ids, "previous", cur.IDs)
+			p.metrics.reconciled()
+			if !slices.Contains(out, uid) {
+				out = append(out, uid)
+			}
+		}
+	}
+	return out
+}

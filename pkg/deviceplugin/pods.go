@@ -1,0 +1,148 @@
+package deviceplugin
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// podEntry is what the plugin keeps of one pod bound to its node, decoded once when the informer
+// delivers the pod so that Allocate does no parsing and no API call.
+type podEntry struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+	// seq orders pods by when this plugin first saw them bound here (the kubelet admits pods in the
+	// order it sees them bound).
+	seq uint64
+	// Pending is true while the pod's phase is Pending: the kubelet has not started it yet.
+	Pending bool
+	// Gone is true for pods that ended (Succeeded, Failed) or are being deleted.
+	Gone bool
+
+	// HasAssignment says the pod carries the assignment annotation; Assignment is nil when it did
+	// not decode or names another node (AssignmentErr says why).
+	HasAssignment bool
+	Assignment    *annotations.Assignment
+	AssignmentErr error
+
+	// Recorded is the allocation record on the pod, by container name.
+	Recorded    map[string]annotations.ContainerAllocation
+	RecordedErr error
+
+	Selector    annotations.Selector
+	SelectorErr error
+	// Requests are the GPU containers' requests, by name.
+	Requests map[string]annotations.ContainerRequest
+	// Order is the order of the pod's GPU containers (init containers first), with their counts:
+	// the order the kubelet allocates them in.
+	Order []containerCount
+}
+
+type containerCount struct {
+	Name  string
+	Count int
+}
+
+func (e *podEntry) key() string { return e.Namespace + "/" + e.Name }
+
+// newPodEntry decodes a pod. Decoding errors are kept, not returned: a malformed annotation must
+// make Allocate fail with a message naming it, not make the pod invisible.
+func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) *podEntry {
+	e := &podEntry{
+		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		Pending: pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "",
+		Gone: pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
+			pod.DeletionTimestamp != nil,
+		Requests: map[string]annotations.ContainerRequest{},
+	}
+	if v, ok := pod.Annotations[annotations.GPUAssignment]; ok {
+		e.HasAssignment = true
+		a, err := annotations.DecodeAssignment(v)
+		switch {
+		case err != nil:
+			e.AssignmentErr = err
+		case a.Node != node:
+			e.AssignmentErr = fmt.Errorf("%s names node %q, but the pod is bound to %q", annotations.GPUAssignment, a.Node, node)
+		default:
+			e.Assignment = &a
+		}
+	}
+	if v, ok := pod.Annotations[annotations.GPUAllocated]; ok {
+		rec, err := annotations.DecodeAllocation(v)
+		if err != nil {
+			e.RecordedErr = err
+		} else {
+			e.Recorded = make(map[string]annotations.ContainerAllocation, len(rec.Containers))
+			for _, c := range rec.Containers {
+				e.Recorded[c.Name] = c
+			}
+		}
+	}
+	e.Selector, e.SelectorErr = annotations.ParseSelector(pod.Annotations)
+	add := func(cs []corev1.Container, init bool) {
+		for i := range cs {
+			q, ok := cs[i].Resources.Limits[names.GPU]
+			if !ok {
+				q, ok = cs[i].Resources.Requests[names.GPU]
+			}
+			if !ok || q.Value() <= 0 {
+				continue
+			}
+			n := int(q.Value())
+			if n > annotations.MaxGPUsPerContainer {
+				n = annotations.MaxGPUsPerContainer
+			}
+			e.Order = append(e.Order, containerCount{Name: cs[i].Name, Count: n})
+			if r, err := annotations.ParseContainerRequest(&cs[i], names); err == nil {
+				r.Init = init
+				e.Requests[cs[i].Name] = r
+			}
+		}
+	}
+	add(pod.Spec.InitContainers, true)
+	add(pod.Spec.Containers, false)
+	return e
+}
+
+// holder is one GPU container of a pod on this node.
+type holder struct {
+	Pod *podEntry
+	// Name is the container's name.
+	Name string
+	// Count is how many devices it asks for.
+	Count int
+	// Assigned is the container's assignment, nil for pods Cardinal did not schedule.
+	Assigned *annotations.ContainerAssignment
+	// Allocated is true once the kubelet gave it devices (the plugin served Allocate, or the record or
+	// PodResources says so).
+	Allocated bool
+}
+
+func (h *holder) String() string {
+	return fmt.Sprintf("pod %s container %q", h.Pod.key(), h.Name)
+}
+
+func (h *holder) ids() []string {
+	if h.Assigned == nil {
+		return nil
+	}
+	return h.Assigned.IDs()
+}
+
+// sameSet reports whether a and b hold the same IDs (each list has no duplicates).
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}

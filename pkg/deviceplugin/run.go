@@ -1,0 +1,350 @@
+// Package deviceplugin is Cardinal's node half: it discovers the node's cards through NVML (or the
+// simulated NVML), publishes them on the Node (cardinal.io/gpu-inventory), registers them with the
+// kubelet, and answers the kubelet's GetPreferredAllocation and Allocate with the cards the
+// scheduler extender assigned (cardinal.io/gpu-assignment), finding the pod by its device IDs. It
+// records what each container got (cardinal.io/gpu-allocated) and reconciles that record with the
+// kubelet's PodResources API.
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+)
+
+// Config configures Run.
+type Config struct {
+	// NodeName is the node this plugin runs on.
+	NodeName string
+	// Kubeconfig is a kubeconfig path; empty means in-cluster. Ignored when Client is set.
+	Kubeconfig string
+	// Client, when set, is used instead of one built from Kubeconfig (tests).
+	Client kubernetes.Interface
+	// DevicePluginDir is the kubelet's device-plugin folder (kubelet.sock lives there).
+	DevicePluginDir string
+	// PodResourcesSocket is the kubelet's PodResources API socket.
+	PodResourcesSocket string
+	// Simulate is the path of a simulated-NVML file; empty means the real NVML.
+	Simulate string
+	// Shares is how many pods may share a card: 1 advertises one device per card (its UUID), N > 1
+	// advertises N slot devices <UUID>::<k>.
+	Shares int
+	// Topology reports each device's NUMA node to the kubelet (TopologyInfo).
+	Topology bool
+	// Listen is the address of /healthz, /readyz and /metrics; empty disables them.
+	Listen string
+	// Names are the managed resource names; the plugin registers Names.GPU.
+	Names annotations.ResourceNames
+	// SysfsRoot is where NUMA nodes are read from (<root>/bus/pci/devices/<busid>/numa_node).
+	SysfsRoot string
+	// ReconcileInterval is how often PodResources is compared with the allocation records.
+	ReconcileInterval time.Duration
+	// HealthRecoveryInterval is how long an unhealthy card must stay free of critical XIDs before a
+	// passing probe makes it healthy again.
+	HealthRecoveryInterval time.Duration
+	// NVML, when set, is used instead of the real library or the simulation (tests).
+	NVML nvidia.Library
+	// Log is the logger.
+	Log logr.Logger
+}
+
+// DefaultConfig returns the defaults the binary's flags start from.
+func DefaultConfig() Config {
+	return Config{
+		NodeName:               os.Getenv("NODE_NAME"),
+		DevicePluginDir:        "/var/lib/kubelet/device-plugins",
+		PodResourcesSocket:     "/var/lib/kubelet/pod-resources/kubelet.sock",
+		Shares:                 1,
+		Topology:               true,
+		Listen:                 ":9400",
+		Names:                  annotations.DefaultResourceNames(),
+		SysfsRoot:              "/sys",
+		ReconcileInterval:      30 * time.Second,
+		HealthRecoveryInterval: 30 * time.Second,
+		Log:                    logr.Discard(),
+	}
+}
+
+// MaxShares bounds --shares (the inventory contract allows 1..1024).
+const MaxShares = 1024
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is empty (set --node-name or $NODE_NAME)"))
+	}
+	if c.DevicePluginDir == "" {
+		errs = append(errs, errors.New("device-plugin dir is empty"))
+	}
+	if c.PodResourcesSocket == "" {
+		errs = append(errs, errors.New("pod-resources socket is empty"))
+	}
+	if c.Shares < 1 || c.Shares > MaxShares {
+		errs = append(errs, fmt.Errorf("shares %d is not in 1..%d", c.Shares, MaxShares))
+	}
+	if c.ReconcileInterval <= 0 {
+		errs = append(errs, fmt.Errorf("reconcile interval %s is not positive", c.ReconcileInterval))
+	}
+	if c.HealthRecoveryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("health recovery interval %s is not positive", c.HealthRecoveryInterval))
+	}
+	if err := c.Names.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the device plugin until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("device plugin config: %w", err)
+	}
+	log := cfg.Log.WithValues(logging.KeyNode, cfg.NodeName)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
+
+	lib, numa := cfg.NVML, nvidia.SysfsNUMA(cfg.SysfsRoot)
+	switch {
+	case lib != nil:
+	case cfg.Simulate != "":
+		cards, err := sim.Load(cfg.Simulate, cfg.NodeName)
+		if err != nil {
+			return err
+		}
+		srv := sim.New(cards)
+		lib, numa = srv, srv.NUMA
+		g.Go(func() error { return srv.Watch(ctx, cfg.Simulate, cfg.NodeName, log.WithName("simulation")) })
+	default:
+		lib = nvml.New()
+	}
+	cards, err := nvidia.Discover(lib, numa)
+	if err != nil {
+		return fmt.Errorf("discover cards: %w", err)
+	}
+	for _, c := range cards {
+		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
+	}
+
+	client := cfg.Client
+	if client == nil {
+		rc, err := restConfig(cfg.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		if client, err = kubernetes.NewForConfig(rc); err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+	}
+
+	m := newMetrics()
+	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, Cards: cards, Shares: cfg.Shares, Topology: cfg.Topology,
+		Log: log.WithName("plugin"), Metrics: m})
+
+	podInformers := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+	}))
+	nodeInformers := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+	}))
+	podInformer := podInformers.Core().V1().Pods().Informer()
+	nodeInformer := nodeInformers.Core().V1().Nodes()
+
+	records := newRecordWriter(p, client, log.WithName("records"))
+	inventory := newInventoryWriter(p, client, cfg.NodeName, func() (string, bool) {
+		n, err := nodeInformer.Lister().Get(cfg.NodeName)
+		if err != nil {
+			return "", false
+		}
+		return n.Annotations[annotations.GPUInventory], true
+	}, log.WithName("inventory"))
+	p.record = records.enqueue
+	p.devicesChanged = inventory.enqueue
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "cardinal-device-plugin", Host: cfg.NodeName})
+	p.failed = func(e *AllocateError) {
+		for _, pod := range e.Pods {
+			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+			events.Event(ref, corev1.EventTypeWarning, "CardinalAllocateFailed", e.Error())
+		}
+	}
+
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { upsert(p, o) },
+		UpdateFunc: func(_, o any) { upsert(p, o) },
+		DeleteFunc: func(o any) {
+			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if pod, ok := o.(*corev1.Pod); ok {
+				p.DeletePod(pod)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { inventory.enqueue() },
+		UpdateFunc: func(_, _ any) { inventory.enqueue() },
+	}); err != nil {
+		return fmt.Errorf("node informer: %w", err)
+	}
+	podInformers.Start(ctx.Done())
+	nodeInformers.Start(ctx.Done())
+	defer podInformers.Shutdown()
+	defer nodeInformers.Shutdown()
+
+	link := &kubeletLink{plugin: p, dir: cfg.DevicePluginDir, socket: socketName(string(cfg.Names.GPU)), resource: string(cfg.Names.GPU),
+		log: log.WithName("kubelet")}
+	var synced atomic.Bool
+	ready := func() bool { return synced.Load() && link.registered.Load() }
+
+	if cfg.Listen != "" {
+		l, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		}
+		srv := &http.Server{Handler: httpHandler(m, ready), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced, nodeInformer.Informer().HasSynced) {
+		return errors.Join(ctx.Err(), g.Wait())
+	}
+	synced.Store(true)
+	log.Info("pod and node caches synced")
+
+	g.Go(func() error { records.run(ctx); return nil })
+	g.Go(func() error { inventory.run(ctx); return nil })
+	inventory.enqueue()
+	g.Go(func() error {
+		return nvidia.WatchHealth(ctx, nvidia.HealthConfig{Lib: lib, Cards: cards, RecoveryInterval: cfg.HealthRecoveryInterval,
+			Log: log.WithName("health")}, func(ev nvidia.HealthEvent) { p.SetHealth(ev) })
+	})
+	g.Go(func() error {
+		return reconcileLoop(ctx, p, cfg.PodResourcesSocket, cfg.ReconcileInterval, records.enqueue, log.WithName("podresources"))
+	})
+	g.Go(func() error { return link.run(ctx) })
+	return g.Wait()
+}
+
+func upsert(p *Plugin, o any) {
+	if pod, ok := o.(*corev1.Pod); ok {
+		p.UpsertPod(pod)
+	}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return rc, nil
+}
+
+func httpHandler(m *metrics, ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not registered with the kubelet or caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// podResourcesLister is the part of the PodResources API the reconciler uses.
+type podResourcesLister interface {
+	List(ctx context.Context, in *podresourcesapi.ListPodResourcesRequest, opts ...grpc.CallOption) (*podresourcesapi.ListPodResourcesResponse, error)
+}
+
+var _ podResourcesLister = podresourcesapi.PodResourcesListerClient(nil)
+
+// reconcileLoop compares PodResources with the records at start and every interval.
+func reconcileLoop(ctx context.Context, p *Plugin, socket string, every time.Duration, enqueue func(types.UID), log logr.Logger) error {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("pod-resources client: %w", err)
+	}
+	defer conn.Close()
+	lister := podresourcesapi.NewPodResourcesListerClient(conn)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := reconcileOnce(ctx, p, lister, enqueue); err != nil && ctx.Err() == nil {
+			log.Info("PodResources reconciliation failed; will retry", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func reconcileOnce(ctx context.Context, p *Plugin, lister podResourcesLister, enqueue func(types.UID)) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := lister.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	if err != nil {
+		return fmt.Errorf("list pod resources: %w", err)
+	}
+	for _, uid := range p.applyPodResources(resp) {
+		enqueue(uid)
+	}
+	return nil
+}
