@@ -1,12 +1,102 @@
-// Command webhook is a placeholder until its issue lands.
+// Command webhook is Cardinal's mutating admission webhook for pods: it sends GPU pods to Cardinal's
+// scheduler and refuses pods that would fail later. See package pkg/webhook.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+	"github.com/cardinal-gpu/cardinal/pkg/webhook"
 )
 
+const help = `webhook: Cardinal's mutating admission webhook for pods.
+
+A pod whose containers (init containers included) request nvidia.com/gpu, gpumem, gpumem-percentage or
+gpucores is sent to Cardinal's scheduler (spec.schedulerName), unless it names another scheduler. The
+webhook refuses GPU pods that set spec.nodeName, malformed selector annotations and resource requests,
+memory no known card can hold, and pods carrying Cardinal's internal annotations; it warns when no
+known card matches a pod's selectors. It watches Nodes (list/watch) for their card inventory.
+
+Register it with the MutatingWebhookConfiguration of pkg/webhook (the chart ships it).
+
+Flags:
+`
+
 func main() {
-	fmt.Fprintln(os.Stderr, "webhook: not implemented")
-	os.Exit(2)
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "webhook:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := webhook.Config{Resources: annotations.DefaultResourceNames()}
+	logOpts := logging.Options{}
+	var kubeconfig string
+	fs := pflag.NewFlagSet("webhook", pflag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, help)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); admission is served at "+webhook.Path)
+	fs.StringVar(&cfg.CertDir, "cert-dir", "/etc/cardinal/webhook/certs", "folder holding tls.crt and tls.key for --listen; reloaded when they change")
+	fs.StringVar(&cfg.HealthListen, "health-listen", ":8081", "address of /healthz and /readyz (ready once serving and the nodes are listed); empty disables")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":8080", "address of /metrics (admission latency, decisions by outcome); empty disables")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
+	fs.StringVar(&cfg.SchedulerName, "scheduler-name", "cardinal-scheduler", "scheduler profile GPU pods are sent to")
+	fs.StringSliceVar(&cfg.TrustedServiceAccounts, "trusted-service-accounts", nil,
+		"comma list of system:serviceaccount:<namespace>:<name> allowed to add, change or remove Cardinal's internal pod annotations (the extender's and the device plugin's)")
+	logOpts.AddFlags(fs)
+	cfg.Resources.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	log, err := logging.New(logOpts)
+	if err != nil {
+		return err
+	}
+	// controller-runtime logs through its own package-level logger; give it ours.
+	ctrllog.SetLogger(log)
+	cfg.Logger = log
+
+	rc, err := restConfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Client, err = kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return webhook.Run(ctx, cfg)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return rc, nil
 }

@@ -1,0 +1,145 @@
+package webhook
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// Cards is an immutable view of every card Cardinal knows, from the nodes' inventory annotations. The
+// webhook only uses it for advice (warnings) and for one hard rule (memory no card can hold), so it
+// keeps what those need: cards grouped by model, and an index by UUID. A nil *Cards knows nothing.
+type Cards struct {
+	nodes      int
+	total      int
+	maxMem     int64
+	maxMemOf   string
+	maxPerNode int
+	models     []modelCards
+	byUUID     map[string]cardRef
+}
+
+type modelCards struct {
+	model  string
+	maxMem int64
+	cards  []cardRef
+}
+
+type cardRef struct {
+	uuid   string
+	model  string
+	memMiB int64
+}
+
+// NewCards builds the view from each node's inventory (node name → inventory). Unhealthy cards are
+// counted: a card that is down now may recover, and the webhook only advises.
+func NewCards(nodes map[string]annotations.Inventory) *Cards {
+	c := &Cards{byUUID: map[string]cardRef{}}
+	byModel := map[string]int{}
+	for _, inv := range nodes {
+		if len(inv.GPUs) == 0 {
+			continue
+		}
+		c.nodes++
+		c.maxPerNode = max(c.maxPerNode, len(inv.GPUs))
+		for i := range inv.GPUs {
+			g := &inv.GPUs[i]
+			ref := cardRef{uuid: g.UUID, model: g.Model, memMiB: g.MemoryMiB}
+			c.total++
+			c.byUUID[g.UUID] = ref
+			if g.MemoryMiB > c.maxMem || (g.MemoryMiB == c.maxMem && g.Model < c.maxMemOf) {
+				c.maxMem, c.maxMemOf = g.MemoryMiB, g.Model
+			}
+			k, ok := byModel[g.Model]
+			if !ok {
+				k = len(c.models)
+				byModel[g.Model] = k
+				c.models = append(c.models, modelCards{model: g.Model})
+			}
+			m := &c.models[k]
+			m.cards = append(m.cards, ref)
+			m.maxMem = max(m.maxMem, g.MemoryMiB)
+		}
+	}
+	slices.SortFunc(c.models, func(a, b modelCards) int { return strings.Compare(a.model, b.model) })
+	return c
+}
+
+// Known reports whether Cardinal knows at least one card.
+func (c *Cards) Known() bool { return c != nil && c.total > 0 }
+
+// Nodes is the number of nodes with at least one card.
+func (c *Cards) Nodes() int {
+	if c == nil {
+		return 0
+	}
+	return c.nodes
+}
+
+// Total is the number of cards.
+func (c *Cards) Total() int {
+	if c == nil {
+		return 0
+	}
+	return c.total
+}
+
+// MaxMemoryMiB is the memory of the largest card.
+func (c *Cards) MaxMemoryMiB() int64 { return c.maxMem }
+
+// MaxMemoryModel is the model of the largest card (the first by name among equals).
+func (c *Cards) MaxMemoryModel() string { return c.maxMemOf }
+
+// MaxPerNode is the largest number of cards on one node.
+func (c *Cards) MaxPerNode() int { return c.maxPerNode }
+
+// Fits reports whether some card is accepted by sel and has at least memMiB of memory.
+func (c *Cards) Fits(sel *annotations.Selector, memMiB int64) bool {
+	if !c.Known() {
+		return false
+	}
+	if len(sel.UseUUIDs) > 0 {
+		// Few names to look up beats a walk over every card.
+		for _, u := range sel.UseUUIDs {
+			if ref, ok := c.byUUID[u]; ok && ref.memMiB >= memMiB && sel.Check(ref.model, ref.uuid) == annotations.MatchOK {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range c.models {
+		m := &c.models[i]
+		if m.maxMem < memMiB || sel.Check(m.model, "") != annotations.MatchOK {
+			continue
+		}
+		if len(sel.NoUseUUIDs) == 0 {
+			return true
+		}
+		for _, ref := range m.cards {
+			if ref.memMiB >= memMiB && !slices.Contains(sel.NoUseUUIDs, ref.uuid) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Summary names the known models with their counts, e.g. `8× NVIDIA A100-SXM4-80GB, 3× Tesla T4`,
+// at most five of them, so a warning stays short.
+func (c *Cards) Summary() string {
+	if !c.Known() {
+		return "no cards"
+	}
+	const most = 5
+	parts := make([]string, 0, min(len(c.models), most)+1)
+	for i, m := range c.models {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("%d more models", len(c.models)-most))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d× %s", len(m.cards), m.model))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,143 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+)
+
+// Path is where the webhook server serves pod admission.
+const Path = "/mutate-pods"
+
+// Handler adapts Rules to controller-runtime's admission.Handler: the framework decodes the
+// AdmissionReview and encodes the response; Handler decodes the pods, asks the rules, and turns a
+// mutation into a JSON patch.
+type Handler struct {
+	rules   *Rules
+	cards   CardSource
+	metrics *Metrics
+	decoder admission.Decoder
+}
+
+var _ admission.Handler = (*Handler)(nil)
+
+// NewHandler builds a Handler. metrics may be nil.
+func NewHandler(rules *Rules, cards CardSource, metrics *Metrics) *Handler {
+	scheme := runtime.NewScheme()
+	// Registering a built-in type only fails on a programming error.
+	if err := corev1.AddToScheme(scheme); err != nil {
+		panic(fmt.Sprintf("registering built-in types: %v", err))
+	}
+	return &Handler{rules: rules, cards: cards, metrics: metrics, decoder: admission.NewDecoder(scheme)}
+}
+
+// Webhook wraps the handler in controller-runtime's admission.Webhook, whose per-request logger
+// comes from log.
+func (h *Handler) Webhook(log logr.Logger) *admission.Webhook {
+	return &admission.Webhook{
+		Handler: h,
+		LogConstructor: func(_ logr.Logger, req *admission.Request) logr.Logger {
+			if req == nil {
+				return log
+			}
+			return log.WithValues(logging.KeyPod, req.Namespace+"/"+req.Name, "operation", req.Operation,
+				"user", req.UserInfo.Username, "uid", req.UID)
+		},
+	}
+}
+
+// Handle decides one admission request.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	start := time.Now()
+	resp, outcome, reason := h.handle(req)
+	took := time.Since(start)
+	if h.metrics != nil {
+		h.metrics.observe(req.Operation, outcome, reason, took)
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	switch outcome {
+	case OutcomeDenied:
+		log.Info("Refused a pod", logging.KeyReason, reason, "message", resp.Result.Message)
+	case OutcomeError:
+		log.Error(fmt.Errorf("%s", resp.Result.Message), "Could not decide on a pod")
+	default:
+		if v := log.V(1); v.Enabled() {
+			v.Info("Admitted a pod", "outcome", outcome, "warnings", resp.Warnings, logging.KeyDuration, took)
+		}
+	}
+	return resp
+}
+
+func (h *Handler) handle(req admission.Request) (admission.Response, Outcome, Reason) {
+	switch req.Operation {
+	case admissionv1.Create:
+		return h.create(req)
+	case admissionv1.Update:
+		return h.update(req)
+	}
+	return admission.Allowed(""), OutcomeAllowed, ""
+}
+
+func (h *Handler) create(req admission.Request) (admission.Response, Outcome, Reason) {
+	pod := &corev1.Pod{}
+	if err := h.decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), OutcomeError, ""
+	}
+	var original *corev1.Pod
+	if h.rules.IsGPUPod(pod) {
+		original = pod.DeepCopy()
+	}
+	changed, warnings := h.rules.Default(pod)
+	more, err := h.rules.ValidateCreate(pod, h.cards.Cards())
+	if err != nil {
+		return h.denied(err)
+	}
+	warnings = append(warnings, more...)
+	if !changed {
+		return admission.Allowed("").WithWarnings(warnings...), OutcomeAllowed, ""
+	}
+	// Diff two renderings of the same Go type, so the patch holds only what Default changed and never
+	// removes a field the request carried in another form.
+	before, err := json.Marshal(original)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
+	}
+	after, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
+	}
+	return admission.PatchResponseFromRaw(before, after).WithWarnings(warnings...), OutcomeMutated, ""
+}
+
+func (h *Handler) update(req admission.Request) (admission.Response, Outcome, Reason) {
+	pod, old := &corev1.Pod{}, &corev1.Pod{}
+	if err := h.decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), OutcomeError, ""
+	}
+	if err := h.decoder.DecodeRaw(req.OldObject, old); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old pod: %w", err)), OutcomeError, ""
+	}
+	warnings, err := h.rules.ValidateUpdate(old, pod, req.UserInfo.Username)
+	if err != nil {
+		return h.denied(err)
+	}
+	return admission.Allowed("").WithWarnings(warnings...), OutcomeAllowed, ""
+}
+
+func (h *Handler) denied(err error) (admission.Response, Outcome, Reason) {
+	d, ok := IsDenial(err)
+	if !ok {
+		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
+	}
+	return admission.Denied(d.Error()), OutcomeDenied, d.Reason
+}

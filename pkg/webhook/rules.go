@@ -1,0 +1,300 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// Reason classifies why the webhook refused a pod. It is the `reason` label of the decisions metric
+// and the key people grep logs for; the message the client sees is made from the Denial's details.
+type Reason string
+
+const (
+	// ReasonInternalAnnotation: a pod carries, or an update changes, an annotation only Cardinal writes.
+	ReasonInternalAnnotation Reason = "InternalAnnotation"
+	// ReasonNodeName: a GPU pod names its node, which would bypass card selection.
+	ReasonNodeName Reason = "NodeNameSet"
+	// ReasonInvalidRequest: a container's managed resources are malformed.
+	ReasonInvalidRequest Reason = "InvalidResourceRequest"
+	// ReasonInvalidSelector: a selector or policy annotation is malformed.
+	ReasonInvalidSelector Reason = "InvalidSelector"
+	// ReasonMemoryTooLarge: a container asks for more memory per card than any card Cardinal knows has.
+	ReasonMemoryTooLarge Reason = "MemoryLargerThanAnyCard"
+)
+
+// Denial is the error the validation returns when a pod must be refused. Details are complete
+// sentences naming the key and the value; Reason is the first problem's class.
+type Denial struct {
+	Reason  Reason
+	Details []string
+}
+
+func (d *Denial) Error() string { return strings.Join(d.Details, "; ") }
+
+// denials collects problems of several classes; the first class found becomes the Reason.
+type denials struct{ d *Denial }
+
+func (ds *denials) add(reason Reason, err error) {
+	if err == nil {
+		return
+	}
+	if ds.d == nil {
+		ds.d = &Denial{Reason: reason}
+	}
+	ds.d.Details = append(ds.d.Details, flatten(err)...)
+}
+
+func (ds *denials) err() error {
+	if ds.d == nil {
+		return nil
+	}
+	return ds.d
+}
+
+// flatten turns an errors.Join tree into one message per leaf, so every problem reads on its own.
+func flatten(err error) []string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			if e != nil {
+				out = append(out, flatten(e)...)
+			}
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+// Rules are the webhook's decisions. They read only their arguments: the same pod and the same cards
+// always give the same answer.
+type Rules struct {
+	// SchedulerName is the kube-scheduler profile that runs Cardinal's extender.
+	SchedulerName string
+	// Resources are the managed resource names.
+	Resources annotations.ResourceNames
+	// TrustedUsers may add, change and remove Cardinal's internal annotations on pods (the extender's
+	// and the device plugin's service accounts, as `system:serviceaccount:<ns>:<name>`).
+	TrustedUsers []string
+}
+
+// IsGPUPod reports whether any container, init containers included, names a managed resource.
+func (r *Rules) IsGPUPod(pod *corev1.Pod) bool {
+	return annotations.HasManagedResource(pod, r.Resources)
+}
+
+// placedByCardinal reports whether Cardinal is (or is about to become) the pod's scheduler: it names
+// no scheduler, the default one, or Cardinal's. A pod naming another scheduler is left to it, and a
+// mirror pod (a static pod the kubelet already runs) has no scheduler at all.
+func (r *Rules) placedByCardinal(pod *corev1.Pod) bool {
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	switch pod.Spec.SchedulerName {
+	case "", corev1.DefaultSchedulerName, r.SchedulerName:
+		return true
+	}
+	return false
+}
+
+// Default mutates a GPU pod being created: it names Cardinal's scheduler, and gives every container
+// that asks for a share of a card (memory or cores) without a card count one card. It reports whether
+// it changed the pod, and a warning for each card count it added. Pods without GPU requests, pods
+// naming another scheduler and mirror pods are left alone.
+func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
+	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
+		return false, nil
+	}
+	if pod.Spec.SchedulerName != r.SchedulerName {
+		pod.Spec.SchedulerName = r.SchedulerName
+		changed = true
+	}
+	add := func(c *corev1.Container) {
+		if !hasResource(c, r.Resources.Mem) && !hasResource(c, r.Resources.MemPercentage) && !hasResource(c, r.Resources.Cores) {
+			return
+		}
+		if hasResource(c, r.Resources.GPU) {
+			return
+		}
+		one := resource.MustParse("1")
+		if c.Resources.Limits == nil {
+			c.Resources.Limits = corev1.ResourceList{}
+		}
+		c.Resources.Limits[r.Resources.GPU] = one
+		if c.Resources.Requests != nil {
+			c.Resources.Requests[r.Resources.GPU] = one
+		}
+		changed = true
+		warnings = append(warnings, fmt.Sprintf("container %q asks for a share of a card without %s: Cardinal added %s: 1 (one card)",
+			c.Name, r.Resources.GPU, r.Resources.GPU))
+	}
+	for i := range pod.Spec.InitContainers {
+		add(&pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		add(&pod.Spec.Containers[i])
+	}
+	return changed, warnings
+}
+
+func hasResource(c *corev1.Container, name corev1.ResourceName) bool {
+	_, inLimits := c.Resources.Limits[name]
+	_, inRequests := c.Resources.Requests[name]
+	return inLimits || inRequests
+}
+
+// ValidateCreate decides whether a pod being created (after Default) is admitted. A refusal is a
+// *Denial listing every problem found; warnings are for things that are allowed but will probably not
+// do what the user wants. cards is what Cardinal knows of the cluster; nil or empty means nothing, and
+// then no rule that needs cards applies.
+func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string, err error) {
+	if keys := internalKeys(pod.Annotations); len(keys) > 0 {
+		ds := denials{}
+		for _, k := range keys {
+			ds.add(ReasonInternalAnnotation, fmt.Errorf("metadata.annotations: %s is written only by Cardinal (its scheduler extender and device plugin); remove it from the pod", k))
+		}
+		return nil, ds.err()
+	}
+	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
+		return nil, nil
+	}
+	var ds denials
+	if pod.Spec.NodeName != "" {
+		ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass card selection: a pod requesting %s is placed by %s, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
+			pod.Spec.NodeName, r.Resources.GPU, r.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
+	}
+	req, reqErr := annotations.ParsePodRequest(pod, r.Resources)
+	ds.add(ReasonInvalidRequest, reqErr)
+	sel, selErr := annotations.ParseSelector(pod.Annotations)
+	ds.add(ReasonInvalidSelector, selErr)
+	if cards.Known() {
+		for i := range req.Containers {
+			c := &req.Containers[i]
+			if c.MemoryMiB > cards.MaxMemoryMiB() {
+				ds.add(ReasonMemoryTooLarge, &annotations.Error{Container: c.Name, Key: string(r.Resources.Mem),
+					Reason: fmt.Sprintf("%d MiB is more than the largest card Cardinal knows holds (%d MiB, %s)",
+						c.MemoryMiB, cards.MaxMemoryMiB(), cards.MaxMemoryModel())})
+			}
+		}
+	}
+	if err := ds.err(); err != nil {
+		return nil, err
+	}
+	warnings = append(warnings, r.privilegedWarnings(pod)...)
+	if cards.Known() {
+		warnings = append(warnings, r.cardWarnings(&req, &sel, cards)...)
+	}
+	return warnings, nil
+}
+
+// privilegedWarnings: a privileged container sees every card of its node, whatever Cardinal assigns.
+func (r *Rules) privilegedWarnings(pod *corev1.Pod) []string {
+	var out []string
+	check := func(c *corev1.Container) {
+		sc := c.SecurityContext
+		if sc == nil || sc.Privileged == nil || !*sc.Privileged {
+			return
+		}
+		if !hasResource(c, r.Resources.GPU) {
+			return
+		}
+		out = append(out, fmt.Sprintf("container %q is privileged: it can see and use every GPU on its node, not only the cards Cardinal assigns it", c.Name))
+	}
+	for i := range pod.Spec.InitContainers {
+		check(&pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		check(&pod.Spec.Containers[i])
+	}
+	return out
+}
+
+// cardWarnings says when no card Cardinal knows can satisfy the pod. Such a pod is admitted (a node
+// with the right cards may join later) and stays Pending until then.
+func (r *Rules) cardWarnings(req *annotations.PodRequest, sel *annotations.Selector, cards *Cards) []string {
+	if sel.HasCardConstraint() && !cards.Fits(sel, 0) {
+		return []string{fmt.Sprintf("no card Cardinal knows matches %s (known: %s); the pod stays Pending until such a card joins",
+			sel.String(), cards.Summary())}
+	}
+	var out []string
+	for i := range req.Containers {
+		c := &req.Containers[i]
+		if c.MemoryMiB > 0 && !cards.Fits(sel, c.MemoryMiB) {
+			out = append(out, fmt.Sprintf("container %q: %s: no card Cardinal knows that matches %s has %d MiB; the pod stays Pending until one joins",
+				c.Name, r.Resources.Mem, sel.String(), c.MemoryMiB))
+		}
+		if c.Count > cards.MaxPerNode() {
+			out = append(out, fmt.Sprintf("container %q: %s: %d is more cards than any node Cardinal knows has (at most %d); the pod stays Pending until such a node joins",
+				c.Name, r.Resources.GPU, c.Count, cards.MaxPerNode()))
+		}
+	}
+	return out
+}
+
+// ValidateUpdate decides whether an update of a pod is admitted. Only TrustedUsers may add, change or
+// remove Cardinal's internal annotations; a selector annotation changed on a GPU pod Cardinal places
+// must still parse.
+func (r *Rules) ValidateUpdate(old, pod *corev1.Pod, username string) (warnings []string, err error) {
+	var ds denials
+	if !slices.Contains(r.TrustedUsers, username) {
+		for _, k := range annotations.InternalKeys {
+			ov, inOld := old.Annotations[k]
+			nv, inNew := pod.Annotations[k]
+			if inOld == inNew && ov == nv {
+				continue
+			}
+			ds.add(ReasonInternalAnnotation, fmt.Errorf("metadata.annotations: %s is written only by Cardinal (its scheduler extender and device plugin); %q may not %s it",
+				k, username, verb(inOld, inNew)))
+		}
+	}
+	if r.IsGPUPod(pod) && r.placedByCardinal(pod) && userKeysChanged(old, pod) {
+		_, selErr := annotations.ParseSelector(pod.Annotations)
+		ds.add(ReasonInvalidSelector, selErr)
+	}
+	return nil, ds.err()
+}
+
+func verb(inOld, inNew bool) string {
+	switch {
+	case !inOld:
+		return "add"
+	case !inNew:
+		return "remove"
+	}
+	return "change"
+}
+
+func userKeysChanged(old, pod *corev1.Pod) bool {
+	for _, k := range annotations.UserKeys {
+		ov, inOld := old.Annotations[k]
+		nv, inNew := pod.Annotations[k]
+		if inOld != inNew || ov != nv {
+			return true
+		}
+	}
+	return false
+}
+
+// internalKeys lists the internal annotation keys present, in annotations.InternalKeys order.
+func internalKeys(ann map[string]string) []string {
+	var out []string
+	for _, k := range annotations.InternalKeys {
+		if _, ok := ann[k]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// IsDenial reports whether err is a refusal by the rules (and not a failure to decide).
+func IsDenial(err error) (*Denial, bool) {
+	var d *Denial
+	ok := errors.As(err, &d)
+	return d, ok
+}

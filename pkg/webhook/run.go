@@ -1,0 +1,176 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// Config is everything Run needs.
+type Config struct {
+	// Listen is the TLS address of the webhook (host:port; the port must be set).
+	Listen string
+	// CertDir holds tls.crt and tls.key; they are reloaded when they change.
+	CertDir string
+	// HealthListen serves /healthz and /readyz; empty disables it.
+	HealthListen string
+	// MetricsListen serves /metrics; empty disables it.
+	MetricsListen string
+	// SchedulerName is the kube-scheduler profile that runs Cardinal's extender.
+	SchedulerName string
+	// TrustedServiceAccounts may change Cardinal's internal pod annotations, as
+	// `system:serviceaccount:<namespace>:<name>`.
+	TrustedServiceAccounts []string
+	// Resources are the managed resource names.
+	Resources annotations.ResourceNames
+	// Client watches Nodes for their card inventory.
+	Client kubernetes.Interface
+	// Logger is the base logger.
+	Logger logr.Logger
+	// Registry receives the webhook's metrics; nil makes a new one. /metrics serves it together with
+	// controller-runtime's webhook metrics (which that library keeps on its own registry).
+	Registry *prometheus.Registry
+}
+
+const serviceAccountPrefix = "system:serviceaccount:"
+
+func (c *Config) validate() error {
+	if _, _, err := splitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	switch {
+	case c.CertDir == "":
+		return errors.New("--cert-dir is empty")
+	case c.SchedulerName == "":
+		return errors.New("--scheduler-name is empty")
+	case c.Client == nil:
+		return errors.New("no Kubernetes client")
+	}
+	for _, sa := range c.TrustedServiceAccounts {
+		parts := strings.Split(strings.TrimPrefix(sa, serviceAccountPrefix), ":")
+		if !strings.HasPrefix(sa, serviceAccountPrefix) || len(parts) != 2 || parts[0] == "" || parts[1] == "" ||
+			strings.ContainsAny(sa, `'\" `) {
+			return fmt.Errorf("--trusted-service-accounts: %q is not system:serviceaccount:<namespace>:<name>", sa)
+		}
+	}
+	if err := c.Resources.Validate(); err != nil {
+		return fmt.Errorf("--resource-*: %w", err)
+	}
+	return nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: port must be 1..65535", addr)
+	}
+	return host, port, nil
+}
+
+// Run serves the webhook until ctx ends. Replicas share nothing, so any number can run side by side.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	nodes, err := NewNodeWatcher(cfg.Client, log.WithName("nodes"))
+	if err != nil {
+		return err
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "cardinal", Subsystem: "webhook", Name: "known_cards",
+		Help: "Cards the webhook knows from the nodes' inventory annotations.",
+	}, func() float64 { return float64(nodes.Cards().Total()) })); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+
+	rules := &Rules{SchedulerName: cfg.SchedulerName, Resources: cfg.Resources, TrustedUsers: cfg.TrustedServiceAccounts}
+	host, port, _ := splitHostPort(cfg.Listen)
+	server := crwebhook.NewServer(crwebhook.Options{Host: host, Port: port, CertDir: cfg.CertDir})
+	server.Register(Path, NewHandler(rules, nodes, metrics).Webhook(log.WithName("admission")))
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { nodes.Run(ctx); return nil })
+	g.Go(func() error {
+		if err := server.Start(ctx); err != nil {
+			return fmt.Errorf("webhook server: %w", err)
+		}
+		return nil
+	})
+	if cfg.HealthListen != "" {
+		started := server.StartedChecker()
+		mux := http.NewServeMux()
+		handle := func(path string, h http.Handler) {
+			mux.Handle(path, http.StripPrefix(path, h))
+			mux.Handle(path+"/", http.StripPrefix(path, h)) // one check by name: /readyz/nodes-synced
+		}
+		handle("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}})
+		handle("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{
+			"webhook-server": started,
+			"nodes-synced": func(*http.Request) error {
+				if !nodes.HasSynced() {
+					return errors.New("the node informer has not listed the nodes yet")
+				}
+				return nil
+			},
+		}})
+		g.Go(func() error { return serve(ctx, "health", cfg.HealthListen, mux) })
+	}
+	if cfg.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{}))
+		g.Go(func() error { return serve(ctx, "metrics", cfg.MetricsListen, mux) })
+	}
+	log.Info("Webhook starting", "listen", cfg.Listen, "path", Path, "schedulerName", cfg.SchedulerName,
+		"trustedServiceAccounts", cfg.TrustedServiceAccounts)
+	return g.Wait()
+}
+
+// serve runs a plain HTTP server until ctx ends.
+func serve(ctx context.Context, name, addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s server: %w", name, err)
+	}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("%s server: %w", name, err)
+	}
+	return nil
+}
