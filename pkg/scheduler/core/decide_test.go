@@ -454,8 +454,9 @@ func TestPolicies(t *testing.T) {
 		wantErr   error
 	}{
 		{annotations.PolicyBinpack, annotations.PolicySpread, nil},
-		{annotations.PolicyFragAware, annotations.PolicyBinpack, ErrPolicyNotImplemented},
+		{annotations.PolicyFragAware, annotations.PolicyFragAware, nil},
 		{annotations.PolicyBinpack, "tetris", ErrUnknownPolicy},
+		{"", annotations.PolicyBinpack, ErrUnknownPolicy},
 	}
 	for _, c := range cases {
 		_, err := New(Options{NodePolicy: c.node, GPUPolicy: c.gpu})
@@ -463,10 +464,11 @@ func TestPolicies(t *testing.T) {
 			t.Errorf("New(%s, %s) = %v, want %v", c.node, c.gpu, err, c.wantErr)
 		}
 	}
-	d := decider(t, annotations.PolicyBinpack, annotations.PolicyBinpack)
-	_, err := d.Prepare(pod(whole("m", 1)), annotations.Selector{GPUPolicy: annotations.PolicyFragAware})
-	if !errors.Is(err, ErrPolicyNotImplemented) {
-		t.Errorf("Prepare with frag-aware = %v, want ErrPolicyNotImplemented", err)
+	// Every policy of the contract has both strategies in this build.
+	for _, p := range annotations.Policies {
+		if _, err := New(Options{NodePolicy: p, GPUPolicy: p}); err != nil {
+			t.Errorf("policy %s: %v", p, err)
+		}
 	}
 }
 

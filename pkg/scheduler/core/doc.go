@@ -15,8 +15,8 @@
 // # Deciding
 //
 //   - New(Options{NodePolicy, GPUPolicy}) (*Decider, error): default policies; an unknown policy
-//     wraps ErrUnknownPolicy, a known one without a strategy (frag-aware, until it lands) wraps
-//     ErrPolicyNotImplemented.
+//     wraps ErrUnknownPolicy, a known one without a strategy wraps ErrPolicyNotImplemented.
+//     binpack, spread and frag-aware (fragaware.go) are implemented.
 //   - Decider.Prepare(annotations.PodRequest, annotations.Selector) (*Pod, error) resolves the
 //     pod's policies (its annotations override the defaults) once per pod.
 //   - Pod.Fit(*NodeState, *TaskMix) (*Plan, *Reason): the cards of every GPU container, or a typed

@@ -55,9 +55,8 @@ type CardStrategy struct {
 }
 
 // nodeStrategies and cardStrategies hold every implemented policy. They are never written after
-// initialisation. A policy listed in annotations.Policies but missing here fails with
-// ErrPolicyNotImplemented (the fragmentation-aware policy registers itself here when it lands:
-// annotations.PolicyFragAware: fragAwareNode / fragAwareCard).
+// package initialisation (fragaware.go adds annotations.PolicyFragAware from its init). A policy
+// listed in annotations.Policies but missing here fails with ErrPolicyNotImplemented.
 var (
 	nodeStrategies = map[annotations.Policy]NodeScoreFunc{
 		annotations.PolicyBinpack: binpackNode,
