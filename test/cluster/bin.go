@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// BinDirEnv names the folder of the pinned binaries; `make test` sets it to the output of
+// `hack/testbed/build.sh --print-dir`.
+const BinDirEnv = "CARDINAL_TESTBED_BIN"
+
+// binaries are the commands hack/testbed/build.sh builds, all of which BinDir guarantees.
+var binaries = [...]string{"etcd", "kube-apiserver", "kube-scheduler", "kubelet", "kubectl", "helm"}
+
+// binDirOnce builds the binaries at most once per process; the result is immutable after that.
+var binDirOnce = sync.OnceValues(findOrBuildBinaries)
+
+// BinDir returns the folder holding the pinned etcd, kube-apiserver, kube-scheduler, kubelet,
+// kubectl and helm. It uses $CARDINAL_TESTBED_BIN when that folder holds them all, else runs
+// hack/testbed/build.sh (minutes on a cold cache, nothing on a warm one). It never skips: a
+// binary that cannot be had fails t.
+func BinDir(t TB) string {
+	t.Helper()
+	dir, err := binDirOnce()
+	if err != nil {
+		t.Fatalf("test-bed binaries: %v", err)
+	}
+	return dir
+}
+
+func findOrBuildBinaries() (string, error) {
+	if dir := os.Getenv(BinDirEnv); dir != "" && haveBinaries(dir) {
+		return dir, nil
+	}
+	script, err := buildScript()
+	if err != nil {
+		return "", err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", script)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w\n%s", script, err, tail(stderr.Bytes(), 40))
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	dir := lines[len(lines)-1]
+	if !haveBinaries(dir) {
+		return "", fmt.Errorf("%s printed %q, which lacks some of %v", script, dir, binaries)
+	}
+	return dir, nil
+}
+
+func haveBinaries(dir string) bool {
+	for _, b := range binaries {
+		fi, err := os.Stat(filepath.Join(dir, b))
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// buildScript finds hack/testbed/build.sh above the working directory (go test runs in the
+// package folder; the demo runs from the repository root) or, failing that, above this source file.
+func buildScript() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, dir := range starts {
+		for {
+			script := filepath.Join(dir, "hack", "testbed", "build.sh")
+			if _, err := os.Stat(script); err == nil {
+				return script, nil
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", errors.New("hack/testbed/build.sh not found above the working directory; set " + BinDirEnv)
+}
