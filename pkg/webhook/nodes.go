@@ -42,8 +42,8 @@ type NodeWatcher struct {
 	informer cache.SharedIndexInformer
 
 	mu    sync.Mutex
-	raw   map[string]string                 // node → inventory annotation as last seen
-	inv   map[string]annotations.Inventory  // node → decoded inventory, valid ones only
+	raw   map[string]string                // node → inventory annotation as last seen
+	inv   map[string]annotations.Inventory // node → decoded inventory, valid ones only
 	dirty atomic.Bool
 	view  atomic.Pointer[Cards]
 }
