@@ -1,0 +1,195 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+)
+
+const testNode = "node-a"
+
+// uuidOf is the UUID of test card i.
+func uuidOf(i int) string { return fmt.Sprintf("GPU-%02d", i) }
+
+// testCards builds n cards; cards below half are on NUMA 0, the rest on NUMA 1. model(i) names them.
+func testCards(n int, model func(int) string) []nvidia.Card {
+	var cards []nvidia.Card
+	for i := 0; i < n; i++ {
+		m := "NVIDIA A100-SXM4-80GB"
+		if model != nil {
+			m = model(i)
+		}
+		cards = append(cards, nvidia.Card{UUID: uuidOf(i), Index: i, Model: m, MemoryMiB: 81920, NUMA: i * 2 / n})
+	}
+	return cards
+}
+
+func testPlugin(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
+	t.Helper()
+	return newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: cards, Shares: shares, Topology: true, Log: logr.Discard()})
+}
+
+// ctr is a GPU container of a test pod: its name, its assigned IDs (nil: no assignment entry) and,
+// for shared containers, memory and cores.
+type ctr struct {
+	name   string
+	ids    []string
+	count  int // defaults to len(ids)
+	init   bool
+	memMiB int64
+	cores  int
+}
+
+// podBuilder builds a pod bound to testNode.
+type podBuilder struct {
+	pod *corev1.Pod
+	cs  []ctr
+	// assign is false for pods Cardinal did not schedule.
+	assign bool
+	raw    *string
+}
+
+func newPod(name string, cs ...ctr) *podBuilder {
+	return &podBuilder{pod: &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: map[string]string{}},
+		Spec:       corev1.PodSpec{NodeName: testNode},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+	}, cs: cs, assign: true}
+}
+
+func (b *podBuilder) unmanaged() *podBuilder { b.assign = false; return b }
+
+func (b *podBuilder) annotate(k, v string) *podBuilder { b.pod.Annotations[k] = v; return b }
+
+// rawAssignment sets the assignment annotation to a literal value.
+func (b *podBuilder) rawAssignment(v string) *podBuilder { b.raw = &v; return b }
+
+func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
+	t.Helper()
+	a := annotations.Assignment{Node: testNode}
+	for _, c := range b.cs {
+		n := c.count
+		if n == 0 {
+			n = len(c.ids)
+		}
+		limits := corev1.ResourceList{annotations.ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+		if c.memMiB > 0 {
+			limits[annotations.ResourceGPUMem] = *resource.NewQuantity(c.memMiB, resource.DecimalSI)
+		}
+		if c.cores > 0 {
+			limits[annotations.ResourceGPUCores] = *resource.NewQuantity(int64(c.cores), resource.DecimalSI)
+		}
+		k := corev1.Container{Name: c.name, Resources: corev1.ResourceRequirements{Limits: limits}}
+		if c.init {
+			b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, k)
+		} else {
+			b.pod.Spec.Containers = append(b.pod.Spec.Containers, k)
+		}
+		if c.ids == nil {
+			continue
+		}
+		ca := annotations.ContainerAssignment{Name: c.name, Init: c.init}
+		for _, id := range c.ids {
+			u, _, err := annotations.ParseDeviceID(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem, cores := int64(81920), 100
+			if c.memMiB > 0 || c.cores > 0 {
+				mem, cores = c.memMiB, c.cores
+			}
+			ca.Devices = append(ca.Devices, annotations.DeviceAssignment{UUID: u, ID: id, MemoryMiB: mem, Cores: cores})
+		}
+		a.Containers = append(a.Containers, ca)
+	}
+	switch {
+	case b.raw != nil:
+		b.pod.Annotations[annotations.GPUAssignment] = *b.raw
+	case b.assign:
+		v, err := annotations.EncodeAssignment(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.pod.Annotations[annotations.GPUAssignment] = v
+	}
+	return b.pod
+}
+
+// fakeKubelet drives the plugin as the kubelet's device manager does: per container,
+// GetPreferredAllocation among the free IDs, then Allocate with what it chose.
+type fakeKubelet struct {
+	p     *Plugin
+	all   []string
+	taken map[string]bool
+}
+
+func newFakeKubelet(p *Plugin) *fakeKubelet {
+	p.mu.Lock()
+	all := append([]string(nil), p.table.order...)
+	p.mu.Unlock()
+	return &fakeKubelet{p: p, all: all, taken: map[string]bool{}}
+}
+
+func (k *fakeKubelet) free() []string {
+	var out []string
+	for _, id := range k.all {
+		if !k.taken[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// admit allocates every GPU container of pod in order and returns, per container, the IDs and the
+// environment the plugin gave.
+func (k *fakeKubelet) admit(t testing.TB, pod *corev1.Pod) (map[string][]string, map[string]map[string]string) {
+	t.Helper()
+	ids := map[string][]string{}
+	envs := map[string]map[string]string{}
+	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		q, ok := c.Resources.Limits[annotations.ResourceGPU]
+		if !ok {
+			continue
+		}
+		got, env, err := k.allocate(int(q.Value()))
+		if err != nil {
+			t.Fatalf("pod %s container %s: %v", pod.Name, c.Name, err)
+		}
+		ids[c.Name], envs[c.Name] = got, env
+	}
+	return ids, envs
+}
+
+func (k *fakeKubelet) allocate(size int) ([]string, map[string]string, error) {
+	pref, err := k.p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+		{AvailableDeviceIDs: k.free(), AllocationSize: int32(size)},
+	}})
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := pref.ContainerResponses[0].DeviceIDs
+	resp, err := k.p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, id := range ids {
+		k.taken[id] = true
+	}
+	return ids, resp.ContainerResponses[0].Envs, nil
+}
+
+type (
+	uidT           = types.UID
+	grpcCallOption = grpc.CallOption
+)
