@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -144,8 +145,11 @@ func (c *Cluster) AddKubelet(t TB, spec KubeletSpec) *Kubelet {
 		"--config="+configPath,
 		"--kubeconfig="+c.Kubeconfig,
 		"--hostname-override="+spec.Name,
-		"--node-ip=127.0.0.1",
 	)
+	if ip := hostIP(); ip != "" {
+		// The kubelet refuses a loopback node IP; it serves on 127.0.0.1 all the same (address).
+		args = append(args, "--node-ip="+ip)
+	}
 	if labels := labelFlag(spec.Labels); labels != "" {
 		args = append(args, "--node-labels="+labels)
 	}
@@ -215,6 +219,20 @@ func kubeletConfig(port, healthzPort int, criEndpoint string, overrides map[stri
 		"staticPodPath":            "",
 	})
 	return yaml.Marshal(cfg)
+}
+
+// hostIP is the host's first global unicast IPv4 address, or "".
+func hostIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
 }
 
 func labelFlag(labels map[string]string) string {
