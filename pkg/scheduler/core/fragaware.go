@@ -24,9 +24,11 @@ import (
 // The node's expected fragmentation is F(M) = Σ_m w_m F(m) / Σ_m w_m over the TaskMix: the requests
 // the cluster has seen (the extender's cache, the replay's arrivals), not a constant.
 //
+// Classes below fragMinShare of the mix are left out, as FGD keeps only "typical" tasks.
+//
 // A placement is scored by how much it raises F(M) (ΔF, in cards): the node score is
-// MaxScore / (1 + e^ΔF) — 5 for a placement that leaves F(M) as it was, towards 10 as it removes
-// fragmentation, towards 0 as it adds some — and each card is scored −ΔF of its own change. Without
+// MaxScore / (1 + e^(fragSlope·ΔF)) — 5 for a placement that leaves F(M) as it was, towards 10 as it
+// removes fragmentation, towards 0 as it adds some — and each card is scored −ΔF of its own change. Without
 // a mix (nothing seen yet) both fall back to binpack.
 //
 // Cost: one pass over the classes of the mix for each distinct card state of the node, and no
@@ -42,6 +44,15 @@ func init() {
 // fuller node (card), keeping empty ones for requests that need them whole. It is far below any
 // ΔF a real mix produces (one class of weight 1 in a mix of 10^6 on a 1% share is 1e-8).
 const fragTieBreak = 1e-9
+
+// fragMinShare is the smallest share of the mix a class must have to count: like FGD's "typical
+// tasks", rare requests are left out of the expectation, which keeps the cost proportional to the
+// handful of request kinds that make up a cluster's load.
+const fragMinShare = 0.005
+
+// fragSlope is how steeply the node score falls with ΔF (in cards): ΔF ±0.25 of a card moves the
+// score from 5 to 2.7 or 7.3, so the extender's integer scores (0..10) still tell such placements apart.
+const fragSlope = 4
 
 // fragStackCards is the card count up to which a node's card views live on the stack.
 const fragStackCards = 16
@@ -63,7 +74,7 @@ func fragAwareNode(in *NodeInput) float64 {
 		after = appendView(after, c, in.After(i))
 	}
 	delta := expectedFrag(after, in.Mix) - expectedFrag(before, in.Mix)
-	return MaxScore/(1+math.Exp(delta)) + fragTieBreak*utilizationAfter(in)
+	return MaxScore/(1+math.Exp(fragSlope*delta)) + fragTieBreak*utilizationAfter(in)
 }
 
 // fragAwareCard scores one card for one device by the change of the node's expected fragmentation
@@ -85,19 +96,20 @@ func fragAwareCard(in *CardInput) float64 {
 		views = appendView(views, c, c.Usage)
 	}
 	b, a := newView(in.Card, in.Before), newView(in.Card, in.After)
-	delta := 0.0
+	delta, total := 0.0, 0.0
+	least := fragMinShare * in.Mix.Total
 	for ci := range in.Mix.Classes {
 		t := &in.Mix.Classes[ci]
-		if t.Weight <= 0 {
+		if t.Weight < least || t.Weight <= 0 {
 			continue
 		}
+		total += t.Weight
 		count, frag, total := classFrag(views, t)
 		fb := finishFrag(t, count, frag, total, &b)
 		fa := finishFrag(t, count, frag, total, &a)
 		delta += t.Weight * (fa - fb)
 	}
-	delta /= in.Mix.Total
-	return -delta + fragTieBreak*in.Card.Utilization(in.After)
+	return -delta/total + fragTieBreak*in.Card.Utilization(in.After)
 }
 
 // cardView is what fragmentation needs of one card in one usage, with how many identical cards
@@ -195,12 +207,14 @@ func finishFrag(t *TaskClass, count int, frag, total float64, v *cardView) float
 
 // expectedFrag is F(M) of the cards in views, in cards.
 func expectedFrag(views []cardView, mix *TaskMix) float64 {
-	sum := 0.0
+	sum, weight := 0.0, 0.0
+	least := fragMinShare * mix.Total
 	for ci := range mix.Classes {
 		t := &mix.Classes[ci]
-		if t.Weight <= 0 {
+		if t.Weight < least || t.Weight <= 0 {
 			continue
 		}
+		weight += t.Weight
 		count, frag, total := classFrag(views, t)
 		if count < t.Cards {
 			sum += t.Weight * total
@@ -208,5 +222,8 @@ func expectedFrag(views []cardView, mix *TaskMix) float64 {
 			sum += t.Weight * frag
 		}
 	}
-	return sum / mix.Total
+	if weight == 0 {
+		return 0
+	}
+	return sum / weight
 }

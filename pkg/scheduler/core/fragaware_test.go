@@ -161,7 +161,7 @@ func TestFragAwareChoosesDifferentlyFromBinpack(t *testing.T) {
 			// a: cards 40% 40%. binpack card 0 (tie, lower index) -> 90%; node 10×(0.9+0.4)/2 = 6.5.
 			// b: cards 0% 50%. binpack card 1 -> 100%; node 10×(0+1)/2 = 5. binpack picks a.
 			// Fragmentation for 50%: a before: free 0.6 0.6, both host -> F 0; after 0.1 0.6 -> F 0.1,
-			// ΔF +0.1, score 10/(1+e^0.1) = 4.75. b before: free 1 0.5, both host -> F 0; after on
+			// ΔF +0.1, score 10/(1+e^(4×0.1)) = 4.01. b before: free 1 0.5, both host -> F 0; after on
 			// card 1: free 1 0 -> F 0, ΔF 0, score 5. frag-aware picks b, card 1.
 			name:        "node: binpack's fuller node leaves a sliver no request can use",
 			req:         faShare(50),
@@ -221,8 +221,8 @@ func TestFragAwareScoreValues(t *testing.T) {
 	if r != nil {
 		t.Fatal(r.String())
 	}
-	// 10/(1+e^0.1) = 4.7502; the tie-break adds 1e-9 × 0.65.
-	if got, want := p.Score(n, plan, mix), 10/(1+math.Exp(0.1)); math.Abs(got-want) > 1e-6 {
+	// 10/(1+e^(4×0.1)) = 4.0131; the tie-break adds 1e-9 × 0.65.
+	if got, want := p.Score(n, plan, mix), 10/(1+math.Exp(0.4)); math.Abs(got-want) > 1e-6 {
 		t.Errorf("score %v, want %v", got, want)
 	}
 }

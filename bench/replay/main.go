@@ -1,0 +1,96 @@
+// Command replay measures Cardinal's placement quality on a GPU cluster trace: it replays the
+// Alibaba GPU trace (v2023) through the scheduler's decision core with the policies asked for and
+// prints GPU allocation at 100 % and 130 % arrival, the arrival at the first failed GPU pod and the
+// fragmentation at 90 % arrival (mean ± sd over seeds). See bench/replay/sim for the protocol.
+//
+//	go run ./bench/replay --pods testdata/traces/alibaba-gpu-v2023/openb_pod_list_default.csv --policies binpack
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/cardinal-gpu/cardinal/bench/replay/sim"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+)
+
+const traceDir = "testdata/traces/alibaba-gpu-v2023/"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "replay:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	fs := pflag.NewFlagSet("replay", pflag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: go run ./bench/replay [flags]\n\nReplays a GPU cluster trace through Cardinal's decision core and prints placement quality.\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	logOpts := logging.Options{}
+	logOpts.AddFlags(fs)
+	nodes := fs.String("nodes", traceDir+"openb_node_list_gpu_node.csv", "node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+	pods := fs.StringSlice("pods", []string{traceDir + "openb_pod_list_default.csv"}, "pod list CSVs, comma-separated (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]); each is replayed under every policy pair")
+	policies := fs.String("policies", "binpack", `policy pairs "node/gpu", comma-separated; a lone name is both (e.g. "binpack,spread/binpack,frag-aware")`)
+	seeds := fs.String("seeds", "42-51", "seeds, comma-separated seeds or ranges; each seed shuffles and samples the pods differently")
+	arrival := fs.Float64("arrival", 130, "stop arrivals when the GPU they asked for reaches this % of cluster GPU capacity")
+	fragAt := fs.Float64("frag-at", 90, "measure fragmentation when arrivals reach this % of cluster GPU capacity")
+	cpuPods := fs.String("cpu-pods", string(sim.CPUPodsLeastAllocated), `how CPU-only pods (which kube-scheduler places without Cardinal) choose a node: "least-allocated" (kube-scheduler's default) or "most-allocated"`)
+	scoring := fs.String("scoring", string(sim.ScoringKube), `how GPU pods rank nodes: "kube" (kube-scheduler with the extender at weight 10, the extender's integer score, plus the default LeastAllocated and BalancedAllocation scores of CPU and memory) or "core" (the core's unrounded score alone)`)
+	kubeFit := fs.String("kube-fit", string(sim.CPUPodsLeastAllocated), `scoring strategy of kube-scheduler's NodeResourcesFit in the cardinal-scheduler profile (with --scoring=kube): "least-allocated" (the default) or "most-allocated"`)
+	numaSplit := fs.Bool("numa-split", true, "synthesise two NUMA nodes on nodes with an even number (4 or more) of cards, half the cards each; false puts every card on NUMA node 0")
+	shares := fs.Int("shares", 0, "device IDs per card (annotations.GPU.Shares); 0 picks floor(1000 / smallest fractional gpu_milli), which never limits before memory and compute")
+	ignoreHost := fs.Bool("ignore-host", false, "diagnostic, not the protocol: let every pod fit every node's CPU and memory, to see what the GPU placement alone achieves")
+	parallel := fs.Int("parallel", 0, "seeds replayed at once; 0 means GOMAXPROCS")
+	format := fs.String("format", string(sim.FormatText), `output: "text" (aligned table) or "markdown"`)
+	perSeed := fs.Bool("per-seed", false, "also print one line per seed")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	log, err := logging.New(logOpts)
+	if err != nil {
+		return err
+	}
+	seedList, err := sim.ParseSeeds(*seeds)
+	if err != nil {
+		return fmt.Errorf("--seeds: %w", err)
+	}
+	pairs, err := sim.ParsePairs(*policies)
+	if err != nil {
+		return fmt.Errorf("--policies: %w", err)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return sim.RunBatch(ctx, sim.BatchConfig{
+		NodesFile: *nodes, PodsFiles: *pods, Pairs: pairs, Seeds: seedList,
+		Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods), Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit),
+		Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
+		Parallel:  *parallel, IgnoreHost: *ignoreHost, Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
+	}, os.Stdout)
+}
