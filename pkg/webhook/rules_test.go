@@ -38,9 +38,9 @@ func TestDefault(t *testing.T) {
 		pod:  newPod(initContainers(ctr("setup", "nvidia.com/gpu", "1")), containers(ctr("main"))),
 		want: newPod(scheduler("cardinal-scheduler"), initContainers(ctr("setup", "nvidia.com/gpu", "1")), containers(ctr("main"))),
 	}, {
-		name: "gpumem without a card count gets one card",
-		pod:  newPod(containers(ctr("main", "nvidia.com/gpumem", "4096"))),
-		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/gpumem", "4096", "nvidia.com/gpu", "1"))),
+		name:         "gpumem without a card count gets one card",
+		pod:          newPod(containers(ctr("main", "nvidia.com/gpumem", "4096"))),
+		want:         newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/gpumem", "4096", "nvidia.com/gpu", "1"))),
 		wantWarnings: []string{`container "main" asks for a share of a card without nvidia.com/gpu: Cardinal added nvidia.com/gpu: 1 (one card)`},
 	}, {
 		name: "the card is added to requests too when the container lists requests",
