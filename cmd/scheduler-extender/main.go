@@ -1,12 +1,65 @@
-// Command scheduler-extender is a placeholder until its issue lands.
+// Command scheduler-extender is Cardinal's kube-scheduler HTTP extender: it filters nodes by their
+// GPUs, scores them, and binds pods with the exact cards they get recorded on the pod.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "scheduler-extender: not implemented")
-	os.Exit(2)
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "scheduler-extender:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := scheduler.DefaultConfig()
+	var logOpts logging.Options
+	var nodePolicy, gpuPolicy string
+	fs := pflag.NewFlagSet("scheduler-extender", pflag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, "Usage: scheduler-extender [flags]\n\n"+
+			"Cardinal's kube-scheduler extender. kube-scheduler calls POST /filter, /prioritize and /bind\n"+
+			"(extender API v1, nodeCacheCapable); /healthz, /readyz (ready once the caches synced) and\n"+
+			"/metrics are served on the same address.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve the extender API, health and metrics on")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty uses the in-cluster service account")
+	fs.StringVar(&cfg.SchedulerName, "scheduler-name", cfg.SchedulerName, "kube-scheduler profile (schedulerName) whose pods this extender places")
+	fs.StringVar(&nodePolicy, "node-policy", string(cfg.NodePolicy), "default node policy for pods without cardinal.io/node-policy: binpack (fullest node first), spread (emptiest) or frag-aware (least added fragmentation for the requests seen)")
+	fs.StringVar(&gpuPolicy, "gpu-policy", string(cfg.GPUPolicy), "default card policy for pods without cardinal.io/gpu-policy: binpack (fullest card first), spread (emptiest) or frag-aware")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", scheduler.DefaultMaxBodyBytes, "largest request body accepted, in bytes")
+	cfg.Resources.AddFlags(fs)
+	logOpts.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	var err error
+	if cfg.NodePolicy, err = annotations.ParsePolicy("--node-policy", nodePolicy); err != nil {
+		return err
+	}
+	if cfg.GPUPolicy, err = annotations.ParsePolicy("--gpu-policy", gpuPolicy); err != nil {
+		return err
+	}
+	if cfg.Log, err = logging.New(logOpts); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return scheduler.Run(ctx, cfg)
 }

@@ -42,12 +42,14 @@ type Pod struct {
 
 	nodeScore NodeScoreFunc
 	card      CardStrategy
-	rules     string // Selector.String()
+	rules     string // the card rules of Selector, as a person writes them
 }
 
 // Prepare resolves a pod's policies. It fails when the pod names a policy this build cannot apply.
 func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) (*Pod, error) {
-	p := &Pod{Request: req, Selector: sel, NodePolicy: d.nodePolicy, GPUPolicy: d.gpuPolicy, rules: sel.String()}
+	cardRules := sel
+	cardRules.NUMABind = false
+	p := &Pod{Request: req, Selector: sel, NodePolicy: d.nodePolicy, GPUPolicy: d.gpuPolicy, rules: cardRules.String()}
 	if sel.NodePolicy != "" {
 		p.NodePolicy = sel.NodePolicy
 	}

@@ -1,0 +1,530 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
+)
+
+// ErrInFlight is wrapped by Reserve when the pod must wait for a container in flight on the node
+// (DESIGN.md, "How Allocate knows the pod"); kube-scheduler retries the pod.
+var ErrInFlight = errors.New("waiting for a container in flight on the node")
+
+// ErrNoFit is wrapped by Reserve when the pod no longer fits the node.
+var ErrNoFit = errors.New("pod does not fit the node")
+
+// use is one device ID a pod holds, as its records say, before it is resolved against a card.
+type use struct {
+	id         string
+	memMiB     int64
+	memPercent int // used when memMiB is 0: a percentage of the card's memory (100 for whole cards)
+	cores      int
+}
+
+// inFlight is a GPU container assigned to a node and not yet allocated by the device plugin.
+type inFlight struct {
+	pod   string // namespace/name
+	req   annotations.ContainerRequest
+	sel   annotations.Selector
+	cards []string // UUIDs
+}
+
+// podRecord is what the cache keeps of a pod that holds or reserves devices on a node.
+type podRecord struct {
+	uid      types.UID
+	key      string
+	node     string
+	uses     []use
+	inFlight []inFlight
+	// reserved is true for a record made by Reserve that the informer has not yet shown bound.
+	reserved bool
+	// applied are the holdings added to the node's state, kept to remove exactly those.
+	applied []core.Holding
+}
+
+// nodeEntry is one node of the cache.
+type nodeEntry struct {
+	name string
+	// state is nil when the node has no usable inventory; reason then says why.
+	state  *core.NodeState
+	reason *core.Reason
+	pods   map[types.UID]*podRecord
+	// gen changes whenever state changes, so memoised scores can be checked.
+	gen uint64
+	// inFlight counts the in-flight containers of pods on the node.
+	inFlight int
+}
+
+// Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
+// fed by informers (or directly in tests). All methods are safe for concurrent use.
+type Cache struct {
+	names         annotations.ResourceNames
+	schedulerName string
+
+	mu    sync.RWMutex
+	nodes map[string]*nodeEntry
+	pods  map[types.UID]*podRecord
+	mix   core.TaskMix
+	mixed map[types.UID]struct{}
+	gen   uint64
+}
+
+// NewCache returns an empty cache.
+func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
+	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
+		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}}
+}
+
+// UpsertNode records a node and its inventory; its pods' holdings are re-applied on the new cards.
+func (c *Cache) UpsertNode(node *corev1.Node) {
+	var state *core.NodeState
+	var reason *core.Reason
+	raw, ok := node.Annotations[annotations.GPUInventory]
+	if !ok {
+		reason = &core.Reason{Kind: core.ReasonNoInventory}
+	} else if inv, err := annotations.DecodeInventory(raw); err != nil {
+		reason = &core.Reason{Kind: core.ReasonBadInventory, Detail: err.Error()}
+	} else {
+		state = core.NewNodeState(node.Name, inv)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(node.Name)
+	if state != nil && n.state != nil && sameCards(n.state, state) {
+		return
+	}
+	n.state, n.reason = state, reason
+	for _, p := range n.pods {
+		p.applied = nil
+		c.apply(n, p)
+	}
+	c.bump(n)
+}
+
+// sameCards reports whether two states describe the same inventory.
+func sameCards(a, b *core.NodeState) bool {
+	if len(a.Cards) != len(b.Cards) {
+		return false
+	}
+	for i := range a.Cards {
+		if a.Cards[i].GPU != b.Cards[i].GPU {
+			return false
+		}
+	}
+	return true
+}
+
+// DeleteNode forgets a node (its pods' records stay, in case it comes back).
+func (c *Cache) DeleteNode(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.nodes[name]; ok {
+		n.state, n.reason = nil, &core.Reason{Kind: core.ReasonUnknownNode}
+		if len(n.pods) == 0 {
+			delete(c.nodes, name)
+		}
+		c.bump(n)
+	}
+}
+
+// node returns the entry of a node, creating an unknown one (a pod may arrive before its node).
+func (c *Cache) node(name string) *nodeEntry {
+	n, ok := c.nodes[name]
+	if !ok {
+		n = &nodeEntry{name: name, reason: &core.Reason{Kind: core.ReasonUnknownNode}, pods: map[types.UID]*podRecord{}}
+		c.nodes[name] = n
+	}
+	return n
+}
+
+func (c *Cache) bump(n *nodeEntry) {
+	c.gen++
+	n.gen = c.gen
+}
+
+// UpsertPod records what a pod holds from its assignment and allocation records. A pod that is
+// not bound, finished, or holds nothing is forgotten; a reservation made by Reserve stays until the
+// informer shows the pod bound.
+func (c *Cache) UpsertPod(pod *corev1.Pod) {
+	rec := c.recordOf(pod)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.countMix(pod)
+	old := c.pods[pod.UID]
+	if old != nil && old.reserved && pod.Spec.NodeName == "" && !finished(pod) {
+		return // bind is under way: keep the reservation
+	}
+	c.replace(pod.UID, old, rec)
+}
+
+// DeletePod forgets a pod and frees what it held.
+func (c *Cache) DeletePod(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.replace(uid, c.pods[uid], nil)
+	delete(c.mixed, uid)
+}
+
+func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
+	if old != nil {
+		if n := c.nodes[old.node]; n != nil {
+			c.unapply(n, old)
+			n.inFlight -= len(old.inFlight)
+			delete(n.pods, uid)
+			c.bump(n)
+		}
+		delete(c.pods, uid)
+	}
+	if rec != nil {
+		n := c.node(rec.node)
+		n.pods[uid] = rec
+		n.inFlight += len(rec.inFlight)
+		c.pods[uid] = rec
+		c.apply(n, rec)
+		c.bump(n)
+	}
+}
+
+func (c *Cache) apply(n *nodeEntry, p *podRecord) {
+	if n.state == nil {
+		return
+	}
+	p.applied = p.applied[:0]
+	for _, u := range p.uses {
+		h, err := core.HoldingFromID(u.id, u.memMiB, u.cores)
+		if err != nil {
+			continue
+		}
+		if h.MemMiB == 0 && u.memPercent > 0 {
+			if i, ok := n.state.CardIndex(h.UUID); ok {
+				h.MemMiB = n.state.Cards[i].MemoryMiB * int64(u.memPercent) / 100
+			}
+		}
+		if n.state.Hold(h) {
+			p.applied = append(p.applied, h)
+		}
+	}
+}
+
+func (c *Cache) unapply(n *nodeEntry, p *podRecord) {
+	if n.state != nil {
+		for _, h := range p.applied {
+			n.state.Unhold(h)
+		}
+	}
+	p.applied = nil
+}
+
+// countMix adds a GPU pod of this scheduler to the task mix, once per pod.
+func (c *Cache) countMix(pod *corev1.Pod) {
+	if pod.Spec.SchedulerName != c.schedulerName {
+		return
+	}
+	if _, seen := c.mixed[pod.UID]; seen {
+		return
+	}
+	req, err := annotations.ParsePodRequest(pod, c.names)
+	if err != nil || req.Empty() {
+		return
+	}
+	sel, _ := annotations.ParseSelector(pod.Annotations)
+	c.mixed[pod.UID] = struct{}{}
+	c.mix.AddPod(&req, &sel)
+}
+
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// recordOf reads a pod's records; nil when the pod holds nothing on a node.
+func (c *Cache) recordOf(pod *corev1.Pod) *podRecord {
+	if pod.Spec.NodeName == "" || finished(pod) {
+		return nil
+	}
+	node := pod.Spec.NodeName
+	var asg *annotations.Assignment
+	if raw, ok := pod.Annotations[annotations.GPUAssignment]; ok {
+		if a, err := annotations.DecodeAssignment(raw); err == nil && a.Node == node {
+			asg = &a
+		}
+	}
+	var alloc *annotations.Allocation
+	if raw, ok := pod.Annotations[annotations.GPUAllocated]; ok {
+		if a, err := annotations.DecodeAllocation(raw); err == nil && (a.Node == "" || a.Node == node) {
+			alloc = &a
+		}
+	}
+	if asg == nil && alloc == nil {
+		return nil
+	}
+	rec := &podRecord{uid: pod.UID, key: pod.Namespace + "/" + pod.Name, node: node}
+	req, _ := annotations.ParsePodRequest(pod, c.names)
+	sel, _ := annotations.ParseSelector(pod.Annotations)
+	allocated := map[string][]string{}
+	if alloc != nil {
+		for _, ca := range alloc.Containers {
+			allocated[ca.Name] = ca.IDs
+		}
+	}
+	seen := map[string]int{}
+	add := func(u use) {
+		if i, ok := seen[u.id]; ok {
+			p := &rec.uses[i]
+			p.memMiB, p.memPercent, p.cores = max(p.memMiB, u.memMiB), max(p.memPercent, u.memPercent), max(p.cores, u.cores)
+			return
+		}
+		seen[u.id] = len(rec.uses)
+		rec.uses = append(rec.uses, u)
+	}
+	pending := pod.Status.Phase == corev1.PodPending || pod.Status.Phase == ""
+	done := map[string]bool{}
+	if asg != nil {
+		for _, ca := range asg.Containers {
+			done[ca.Name] = true
+			ids, wasAllocated := allocated[ca.Name]
+			if !wasAllocated {
+				for _, d := range ca.Devices {
+					add(use{id: d.ID, memMiB: d.MemoryMiB, cores: d.Cores})
+				}
+				if pending {
+					rec.inFlight = append(rec.inFlight, inFlightOf(rec.key, &ca, req, sel))
+				}
+				continue
+			}
+			// The kubelet's record wins; reservations come from the assignment of the same card.
+			for _, id := range ids {
+				u := reservationOf(id, req, ca.Name)
+				uuid, _, _ := annotations.ParseDeviceID(id)
+				for _, d := range ca.Devices {
+					if d.UUID == uuid {
+						u.memMiB, u.memPercent, u.cores = d.MemoryMiB, 0, d.Cores
+					}
+				}
+				add(u)
+			}
+		}
+	}
+	if alloc != nil {
+		for _, ca := range alloc.Containers {
+			if done[ca.Name] {
+				continue
+			}
+			for _, id := range ca.IDs {
+				add(reservationOf(id, req, ca.Name))
+			}
+		}
+	}
+	if len(rec.uses) == 0 {
+		return nil
+	}
+	return rec
+}
+
+// reservationOf is what device id reserves for a container known only from the allocation record:
+// its request, or the whole card when the request is unknown.
+func reservationOf(id string, req annotations.PodRequest, container string) use {
+	for _, r := range req.Containers {
+		if r.Name == container && r.Shared {
+			return use{id: id, memMiB: r.MemoryMiB, memPercent: r.MemoryPercent, cores: r.CoresOn()}
+		}
+	}
+	return use{id: id, memPercent: 100, cores: 100}
+}
+
+func inFlightOf(key string, ca *annotations.ContainerAssignment, req annotations.PodRequest, sel annotations.Selector) inFlight {
+	f := inFlight{pod: key, sel: sel, req: annotations.ContainerRequest{Name: ca.Name, Count: len(ca.Devices)}}
+	for _, r := range req.Containers {
+		if r.Name == ca.Name {
+			f.req = r
+		}
+	}
+	for _, d := range ca.Devices {
+		f.cards = append(f.cards, d.UUID)
+	}
+	return f
+}
+
+// Verdict is the answer for one node.
+type Verdict struct {
+	Plan   *core.Plan
+	Score  float64
+	Reason *core.Reason
+	gen    uint64
+}
+
+// Evaluate decides the pod on each named node, in order. A node where the pod would wait for a
+// container in flight gets ReasonInFlight only when some other node fits without waiting.
+func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdict) []Verdict {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out = out[:0]
+	free := false
+	for _, name := range names {
+		v := Verdict{}
+		n, ok := c.nodes[name]
+		switch {
+		case !ok:
+			v.Reason = &core.Reason{Kind: core.ReasonUnknownNode}
+		case n.state == nil:
+			v.Reason, v.gen = n.reason, n.gen
+		default:
+			v.gen = n.gen
+			v.Plan, v.Reason = p.Fit(n.state, &c.mix)
+			if v.Plan != nil {
+				v.Score = p.Score(n.state, v.Plan, &c.mix)
+				if r := c.waits(n, p, v.Plan, uid); r != nil {
+					v.Reason = r // kept with its plan: dropped below when no node is free
+				} else {
+					free = true
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	for i := range out {
+		if out[i].Plan != nil && out[i].Reason != nil && !free {
+			out[i].Reason = nil
+		}
+		if out[i].Reason != nil {
+			out[i].Plan = nil
+		}
+	}
+	return out
+}
+
+// Fresh reports whether a verdict made by Evaluate still describes the node.
+func (c *Cache) Fresh(name string, v *Verdict) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[name]
+	return ok && n.gen == v.gen
+}
+
+// Reserve decides the pod on the node with the cache's current state and, when it fits and need
+// not wait, holds its devices until the informer shows it bound or Release is called. It returns
+// the assignment to write. Errors wrap ErrNoFit or ErrInFlight.
+func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (annotations.Assignment, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[node]
+	if !ok || n.state == nil {
+		r := &core.Reason{Kind: core.ReasonUnknownNode}
+		if ok {
+			r = n.reason
+		}
+		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
+	}
+	if old := c.pods[uid]; old != nil && old.node == node && !old.reserved {
+		return annotations.Assignment{}, fmt.Errorf("pod %s already holds devices on node %s: %w", key, node, ErrNoFit)
+	}
+	plan, r := p.Fit(n.state, &c.mix)
+	if r != nil {
+		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
+	}
+	if r := c.waits(n, p, plan, uid); r != nil {
+		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrInFlight)
+	}
+	a := plan.Assignment(n.state)
+	rec := &podRecord{uid: uid, key: key, node: node, reserved: true}
+	for _, ca := range a.Containers {
+		for _, d := range ca.Devices {
+			rec.uses = append(rec.uses, use{id: d.ID, memMiB: d.MemoryMiB, cores: d.Cores})
+		}
+		rec.inFlight = append(rec.inFlight, inFlightOf(key, &ca, p.Request, p.Selector))
+	}
+	// App containers reusing init devices repeat IDs: count each once.
+	rec.uses = dedupUses(rec.uses)
+	c.replace(uid, c.pods[uid], rec)
+	return a, nil
+}
+
+func dedupUses(us []use) []use {
+	out := us[:0]
+	seen := map[string]bool{}
+	for _, u := range us {
+		if !seen[u.id] {
+			seen[u.id] = true
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Release drops a reservation made by Reserve (bind failed). Records seen by the informer stay.
+func (c *Cache) Release(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.pods[uid]; old != nil && old.reserved {
+		c.replace(uid, old, nil)
+	}
+}
+
+// waits returns ReasonInFlight when a GPU container of the pod would be in flight on the node beside
+// a container of another pod with the same device count that is not interchangeable with it.
+// self is the pod's own UID (its earlier reservation is not a conflict).
+func (c *Cache) waits(n *nodeEntry, p *core.Pod, plan *core.Plan, self types.UID) *core.Reason {
+	if n.inFlight == 0 {
+		return nil
+	}
+	for _, other := range n.pods {
+		if other.uid == self {
+			continue
+		}
+		for fi := range other.inFlight {
+			f := &other.inFlight[fi]
+			for ci := range p.Request.Containers {
+				r := &p.Request.Containers[ci]
+				if r.Count != f.req.Count {
+					continue
+				}
+				if !interchangeable(n.state, p, r, plan.Containers[ci].Devices, plan, f) {
+					return &core.Reason{Kind: core.ReasonInFlight, Need: r.Count, Detail: fmt.Sprintf("pod %s container %q", f.pod, f.req.Name)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// interchangeable reports whether container r (placed on devs) and the in-flight container f ask
+// for the same thing and each one's selector accepts the other's cards.
+func interchangeable(s *core.NodeState, p *core.Pod, r *annotations.ContainerRequest, devs []int, plan *core.Plan, f *inFlight) bool {
+	if !r.Interchangeable(&f.req) {
+		return false
+	}
+	for _, uuid := range f.cards {
+		i, ok := s.CardIndex(uuid)
+		if !ok || !p.Selector.Accepts(&s.Cards[i].GPU) {
+			return false
+		}
+	}
+	for _, di := range devs {
+		if !f.sel.Accepts(&s.Cards[plan.Devices[di].Card].GPU) {
+			return false
+		}
+	}
+	return true
+}
+
+// Mix returns a copy of the task mix.
+func (c *Cache) Mix() *core.TaskMix {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.mix.Clone()
+}
+
+// NodeUsage returns a copy of a node's state, or nil (for tests and debugging).
+func (c *Cache) NodeUsage(name string) *core.NodeState {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n, ok := c.nodes[name]; ok && n.state != nil {
+		return n.state.Clone()
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
+)
+
+// Config configures the extender.
+type Config struct {
+	// Listen is the address of the HTTP server (/filter /prioritize /bind /healthz /readyz /metrics).
+	Listen string
+	// Listener, when set, is used instead of Listen (tests pass one bound to a free port).
+	Listener net.Listener
+	// Kubeconfig is a kubeconfig path; empty means in-cluster. Ignored when RESTConfig or Client is set.
+	Kubeconfig string
+	// RESTConfig is used to build the client when Client is nil.
+	RESTConfig *rest.Config
+	// Client talks to the API server; built from RESTConfig or Kubeconfig when nil.
+	Client kubernetes.Interface
+	// SchedulerName is the kube-scheduler profile whose pods feed the task mix.
+	SchedulerName string
+	// NodePolicy and GPUPolicy are the default policies for pods that name none.
+	NodePolicy annotations.Policy
+	GPUPolicy  annotations.Policy
+	// Resources are the managed resource names.
+	Resources annotations.ResourceNames
+	// MaxBodyBytes bounds a request body (DefaultMaxBodyBytes when 0).
+	MaxBodyBytes int64
+	// Log is the logger.
+	Log logr.Logger
+}
+
+// DefaultConfig returns the defaults the binary's flags start from.
+func DefaultConfig() Config {
+	return Config{Listen: "127.0.0.1:8888", SchedulerName: "cardinal-scheduler", NodePolicy: annotations.PolicyBinpack,
+		GPUPolicy: annotations.PolicyBinpack, Resources: annotations.DefaultResourceNames(), Log: logr.Discard()}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Listen == "" && c.Listener == nil {
+		errs = append(errs, errors.New("listen address is empty"))
+	}
+	if c.SchedulerName == "" {
+		errs = append(errs, errors.New("scheduler name is empty"))
+	}
+	if err := c.Resources.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := core.New(core.Options{NodePolicy: c.NodePolicy, GPUPolicy: c.GPUPolicy}); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("max body bytes %d is negative", c.MaxBodyBytes))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) client() (kubernetes.Interface, error) {
+	if c.Client != nil {
+		return c.Client, nil
+	}
+	rc := c.RESTConfig
+	if rc == nil {
+		var err error
+		if c.Kubeconfig == "" {
+			rc, err = rest.InClusterConfig()
+		} else {
+			rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = 200, 400 // binds patch and bind each pod: two writes per pod
+	}
+	return kubernetes.NewForConfig(rc)
+}
+
+// Run serves the extender until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid config: %w", err)
+	}
+	log := cfg.Log
+	client, err := cfg.client()
+	if err != nil {
+		return err
+	}
+	decider, err := core.New(core.Options{NodePolicy: cfg.NodePolicy, GPUPolicy: cfg.GPUPolicy})
+	if err != nil {
+		return err
+	}
+	cache := NewCache(cfg.Resources, cfg.SchedulerName)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodeInf := factory.Core().V1().Nodes().Informer()
+	podInf := factory.Core().V1().Pods().Informer()
+	for _, inf := range []toolscache.SharedIndexInformer{nodeInf, podInf} {
+		if err := inf.SetTransform(stripManagedFields); err != nil {
+			return fmt.Errorf("informer transform: %w", err)
+		}
+	}
+	if _, err := nodeInf.AddEventHandler(nodeHandler(cache)); err != nil {
+		return fmt.Errorf("node informer: %w", err)
+	}
+	if _, err := podInf.AddEventHandler(podHandler(cache)); err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	podLister := factory.Core().V1().Pods().Lister()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.SchedulerName + "-extender"})
+
+	var synced atomic.Bool
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv := NewServer(cache, ServerOptions{
+		Log: log, Client: client, Decider: decider, Names: cfg.Resources, Recorder: recorder, Registry: reg,
+		Pods: &clientPods{client: client, lookup: func(ns, name string) (*corev1.Pod, error) {
+			return podLister.Pods(ns).Get(name)
+		}},
+		Ready: synced.Load, MaxBody: cfg.MaxBodyBytes,
+	})
+
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	log.Info("serving", "address", ln.Addr().String(), logging.KeyPolicy, string(cfg.NodePolicy), "gpuPolicy", string(cfg.GPUPolicy))
+
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	go func() {
+		if toolscache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, podInf.HasSynced) {
+			synced.Store(true)
+			log.Info("caches synced")
+		}
+	}()
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func nodeHandler(c *Cache) toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsertNode(c, obj) },
+		UpdateFunc: func(_, obj any) { upsertNode(c, obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				c.DeleteNode(n.Name)
+			}
+		},
+	}
+}
+
+func upsertNode(c *Cache, obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		c.UpsertNode(n)
+	}
+}
+
+func podHandler(c *Cache) toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsertPod(c, obj) },
+		UpdateFunc: func(_, obj any) { upsertPod(c, obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				c.DeletePod(p.UID)
+			}
+		},
+	}
+}
+
+func upsertPod(c *Cache, obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		c.UpsertPod(p)
+	}
+}

@@ -1,0 +1,427 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
+)
+
+// DefaultMaxBodyBytes bounds an extender request body. With nodeCacheCapable the body is a pod and
+// node names: 5000 names and a large pod stay well under it.
+const DefaultMaxBodyBytes = 8 << 20
+
+// Event reasons the extender records on pods.
+const (
+	EventBindFailed = "GPUBindFailed"
+)
+
+// PodSource finds the pod a bind request names.
+type PodSource interface {
+	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// Server answers kube-scheduler's extender calls from the cache.
+type Server struct {
+	log      logr.Logger
+	client   kubernetes.Interface
+	cache    *Cache
+	decider  *core.Decider
+	names    annotations.ResourceNames
+	pods     PodSource
+	recorder record.EventRecorder
+	metrics  *metrics
+	ready    func() bool
+	maxBody  int64
+	registry *prometheus.Registry
+
+	memoMu sync.Mutex
+	memo   memo
+}
+
+// memo keeps the verdicts of the last filter call so that prioritize, which kube-scheduler sends
+// right after it for the same pod, does not decide every node again.
+type memo struct {
+	uid      types.UID
+	verdicts map[string]Verdict
+}
+
+// ServerOptions are what NewServer needs beyond the cache.
+type ServerOptions struct {
+	Log      logr.Logger
+	Client   kubernetes.Interface
+	Decider  *core.Decider
+	Names    annotations.ResourceNames
+	Pods     PodSource
+	Recorder record.EventRecorder
+	Registry *prometheus.Registry
+	// Ready reports whether the cache has synced; nil means always.
+	Ready   func() bool
+	MaxBody int64
+}
+
+// NewServer builds the HTTP layer around a cache.
+func NewServer(cache *Cache, o ServerOptions) *Server {
+	s := &Server{log: o.Log, client: o.Client, cache: cache, decider: o.Decider, names: o.Names, pods: o.Pods,
+		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.ready == nil {
+		s.ready = func() bool { return true }
+	}
+	if s.recorder == nil {
+		s.recorder = &record.FakeRecorder{}
+	}
+	s.registry = o.Registry
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+	}
+	s.metrics = newMetrics(s.registry)
+	return s
+}
+
+// Handler returns the extender's routes.
+func (s *Server) Handler() http.Handler {
+	gin.SetMode(gin.ReleaseMode) // gin keeps its mode in a package variable; debug mode only adds noise
+	r := gin.New()
+	r.Use(gin.Recovery())
+	r.POST("/filter", route(s, "filter", s.Filter))
+	r.POST("/prioritize", route(s, "prioritize", s.Prioritize))
+	r.POST("/bind", route(s, "bind", s.Bind))
+	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	r.GET("/readyz", func(c *gin.Context) {
+		if !s.ready() {
+			c.String(http.StatusServiceUnavailable, "caches not synced")
+			return
+		}
+		c.String(http.StatusOK, "ok")
+	})
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
+	return r
+}
+
+// errorResult is the body of a request the extender could not read.
+type errorResult struct {
+	Error string
+}
+
+// route is the one decode/encode helper every verb shares: it reads the body through a size-limited
+// reader, calls fn and writes its answer, timing the call.
+func route[In, Out any](s *Server, verb string, fn func(context.Context, *In) *Out) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		in, status, err := decodeBody[In](c.Writer, c.Request, s.maxBody)
+		if err != nil {
+			s.metrics.requests.WithLabelValues(verb, "bad_request").Inc()
+			c.JSON(status, errorResult{Error: err.Error()})
+			return
+		}
+		out := fn(c.Request.Context(), in)
+		c.JSON(http.StatusOK, out)
+		s.metrics.latency.WithLabelValues(verb).Observe(time.Since(start).Seconds())
+	}
+}
+
+// decodeBody decodes a JSON body of at most limit bytes into a new In.
+func decodeBody[In any](w http.ResponseWriter, r *http.Request, limit int64) (*In, int, error) {
+	in := new(In)
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	if err := dec.Decode(in); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is larger than %d bytes", limit)
+		}
+		return nil, http.StatusBadRequest, fmt.Errorf("request body is not a valid %T: %w", *in, err)
+	}
+	return in, 0, nil
+}
+
+// prepare reads a pod's GPU request and selector. It returns nil, nil for a pod without GPU requests.
+func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
+	req, err := annotations.ParsePodRequest(pod, s.names)
+	if err != nil {
+		return nil, err
+	}
+	if req.Empty() {
+		return nil, nil
+	}
+	sel, err := annotations.ParseSelector(pod.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	return s.decider.Prepare(req, sel)
+}
+
+func argNames(args *extenderv1.ExtenderArgs) []string {
+	if args.NodeNames != nil {
+		return *args.NodeNames
+	}
+	if args.Nodes != nil {
+		names := make([]string, len(args.Nodes.Items))
+		for i := range args.Nodes.Items {
+			names[i] = args.Nodes.Items[i].Name
+		}
+		return names
+	}
+	return nil
+}
+
+// Filter answers which named nodes can host the pod and, for the others, why not.
+func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	names := argNames(args)
+	if args.Pod == nil {
+		s.metrics.requests.WithLabelValues("filter", "error").Inc()
+		return &extenderv1.ExtenderFilterResult{Error: "request has no pod"}
+	}
+	if !s.ready() {
+		s.metrics.requests.WithLabelValues("filter", "error").Inc()
+		return &extenderv1.ExtenderFilterResult{Error: "GPU scheduler cache is not synced yet"}
+	}
+	p, err := s.prepare(args.Pod)
+	if err != nil {
+		s.metrics.requests.WithLabelValues("filter", "error").Inc()
+		return &extenderv1.ExtenderFilterResult{Error: fmt.Sprintf("pod %s/%s: %v", args.Pod.Namespace, args.Pod.Name, err)}
+	}
+	if p == nil {
+		s.metrics.requests.WithLabelValues("filter", "passthrough").Inc()
+		return &extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames, Nodes: args.Nodes}
+	}
+	verdicts := s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
+	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
+	fit := make([]string, 0, len(names))
+	keep := map[string]Verdict{}
+	for i, v := range verdicts {
+		switch {
+		case v.Reason == nil:
+			fit = append(fit, names[i])
+			keep[names[i]] = v
+		case v.Reason.Unresolvable():
+			res.FailedAndUnresolvableNodes[names[i]] = v.Reason.String()
+		default:
+			res.FailedNodes[names[i]] = v.Reason.String()
+		}
+	}
+	s.metrics.nodes.WithLabelValues("fit").Add(float64(len(fit)))
+	s.metrics.nodes.WithLabelValues("unfit").Add(float64(len(names) - len(fit)))
+	s.metrics.requests.WithLabelValues("filter", "ok").Inc()
+	if args.Nodes != nil {
+		res.Nodes = &corev1.NodeList{}
+		for i := range args.Nodes.Items {
+			if _, ok := keep[args.Nodes.Items[i].Name]; ok {
+				res.Nodes.Items = append(res.Nodes.Items, args.Nodes.Items[i])
+			}
+		}
+	} else {
+		res.NodeNames = &fit
+	}
+	s.memoMu.Lock()
+	s.memo = memo{uid: args.Pod.UID, verdicts: keep}
+	s.memoMu.Unlock()
+	if log := s.log.V(4); log.Enabled() {
+		log.Info("filter", logging.KeyPod, args.Pod.Namespace+"/"+args.Pod.Name, "nodes", len(names), "fit", len(fit))
+	}
+	return res
+}
+
+// Prioritize scores the named nodes 0..10 by the pod's node policy.
+func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.HostPriorityList {
+	names := argNames(args)
+	out := make(extenderv1.HostPriorityList, len(names))
+	for i, n := range names {
+		out[i].Host = n
+	}
+	if args.Pod == nil {
+		s.metrics.requests.WithLabelValues("prioritize", "error").Inc()
+		return &out
+	}
+	p, err := s.prepare(args.Pod)
+	if err != nil || p == nil {
+		s.metrics.requests.WithLabelValues("prioritize", "passthrough").Inc()
+		return &out
+	}
+	s.memoMu.Lock()
+	m := s.memo
+	s.memoMu.Unlock()
+	var missing []string
+	var at []int
+	for i, n := range names {
+		if m.uid == args.Pod.UID {
+			if v, ok := m.verdicts[n]; ok && s.cache.Fresh(n, &v) {
+				out[i].Score = core.ExtenderScore(v.Score)
+				continue
+			}
+		}
+		missing = append(missing, n)
+		at = append(at, i)
+	}
+	if len(missing) > 0 {
+		for j, v := range s.cache.Evaluate(args.Pod.UID, p, missing, nil) {
+			if v.Reason == nil {
+				out[at[j]].Score = core.ExtenderScore(v.Score)
+			}
+		}
+	}
+	s.metrics.requests.WithLabelValues("prioritize", "ok").Inc()
+	return &out
+}
+
+// Bind decides the cards on the chosen node with fresh state, reserves them, writes the assignment
+// and posts the Binding. On any failure it releases the reservation, records an Event on the pod
+// and returns the error, so kube-scheduler retries the pod.
+func (s *Server) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) *extenderv1.ExtenderBindingResult {
+	log := s.log.WithValues(logging.KeyPod, args.PodNamespace+"/"+args.PodName, logging.KeyNode, args.Node)
+	outcome, err := s.bind(ctx, log, args)
+	s.metrics.binds.WithLabelValues(outcome).Inc()
+	if err != nil {
+		log.Info("bind failed", logging.KeyReason, err.Error())
+		return &extenderv1.ExtenderBindingResult{Error: err.Error()}
+	}
+	return &extenderv1.ExtenderBindingResult{}
+}
+
+func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.ExtenderBindingArgs) (string, error) {
+	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
+		return "bad_request", fmt.Errorf("bind request needs podName, podNamespace and node")
+	}
+	pod, err := s.pods.Pod(ctx, args.PodNamespace, args.PodName)
+	if err != nil {
+		return "error", fmt.Errorf("get pod %s/%s: %w", args.PodNamespace, args.PodName, err)
+	}
+	if args.PodUID != "" && pod.UID != args.PodUID {
+		return "error", fmt.Errorf("pod %s/%s has UID %s, bind asked for %s", args.PodNamespace, args.PodName, pod.UID, args.PodUID)
+	}
+	p, err := s.prepare(pod)
+	if err != nil {
+		s.event(pod, err)
+		return "error", fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if p == nil {
+		if err := s.postBinding(ctx, pod, args.Node); err != nil {
+			return "error", err
+		}
+		return "bound", nil
+	}
+	key := pod.Namespace + "/" + pod.Name
+	asg, err := s.cache.Reserve(pod.UID, key, p, args.Node)
+	if err != nil {
+		s.event(pod, err)
+		if errors.Is(err, ErrInFlight) {
+			return "in_flight", err
+		}
+		return "no_fit", err
+	}
+	if err := s.writeAndBind(ctx, pod, asg); err != nil {
+		s.cache.Release(pod.UID)
+		s.event(pod, err)
+		return "error", err
+	}
+	if log := log.V(2); log.Enabled() {
+		log.Info("bound", logging.KeyDevices, fmt.Sprint(asg.Containers))
+	}
+	return "bound", nil
+}
+
+func (s *Server) writeAndBind(ctx context.Context, pod *corev1.Pod, asg annotations.Assignment) error {
+	enc, err := annotations.EncodeAssignment(asg)
+	if err != nil {
+		return fmt.Errorf("encode assignment: %w", err)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID,
+		"annotations": map[string]string{annotations.GPUAssignment: enc},
+	}})
+	if err != nil {
+		return fmt.Errorf("build patch: %w", err)
+	}
+	if _, err := s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("write %s on pod %s/%s: %w", annotations.GPUAssignment, pod.Namespace, pod.Name, err)
+	}
+	return s.postBinding(ctx, pod, asg.Node)
+}
+
+func (s *Server) postBinding(ctx context.Context, pod *corev1.Pod, node string) error {
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("bind pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
+	}
+	return nil
+}
+
+func (s *Server) event(pod *corev1.Pod, err error) {
+	s.recorder.Event(pod, corev1.EventTypeWarning, EventBindFailed, err.Error())
+}
+
+// clientPods finds pods through a lookup function (an informer's lister) and falls back to the API
+// when the informer has not seen the pod yet.
+type clientPods struct {
+	client kubernetes.Interface
+	lookup func(namespace, name string) (*corev1.Pod, error)
+}
+
+var _ PodSource = (*clientPods)(nil)
+
+func (c *clientPods) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	if c.lookup != nil {
+		if p, err := c.lookup(namespace, name); err == nil {
+			return p, nil
+		} else if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	return c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// metrics are the extender's Prometheus metrics.
+type metrics struct {
+	latency  *prometheus.HistogramVec
+	requests *prometheus.CounterVec
+	nodes    *prometheus.CounterVec
+	binds    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cardinal_extender_request_duration_seconds",
+			Help:    "Time to answer an extender call, by verb (filter, prioritize, bind).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. 6.5s
+		}, []string{"verb"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cardinal_extender_requests_total",
+			Help: "Extender calls by verb and outcome (ok, passthrough for pods without GPUs, error, bad_request).",
+		}, []string{"verb", "outcome"}),
+		nodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cardinal_extender_filter_nodes_total",
+			Help: "Nodes judged by filter, by result (fit, unfit).",
+		}, []string{"result"}),
+		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cardinal_extender_binds_total",
+			Help: "Bind calls by outcome (bound, no_fit, in_flight, error, bad_request).",
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds)
+	return m
+}
