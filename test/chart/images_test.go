@@ -134,8 +134,11 @@ type imageConfig struct {
 // uncompressed layer.
 func checkArchive(t *testing.T, a ociArchive, ref string) (imageConfig, []byte) {
 	t.Helper()
-	if got := string(a["oci-layout"]); got != `{"imageLayoutVersion":"1.0.0"}` && got != `{"imageLayoutVersion": "1.0.0"}` {
-		t.Errorf("oci-layout = %q", got)
+	var layoutFile struct {
+		Version string `json:"imageLayoutVersion"`
+	}
+	if err := json.Unmarshal(a["oci-layout"], &layoutFile); err != nil || layoutFile.Version != "1.0.0" {
+		t.Errorf("oci-layout = %q (%v), want imageLayoutVersion 1.0.0", a["oci-layout"], err)
 	}
 	var index struct {
 		Manifests []descriptor `json:"manifests"`
