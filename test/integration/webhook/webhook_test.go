@@ -66,7 +66,7 @@ type bed struct {
 	cancelFn context.CancelFunc
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +78,7 @@ func freeAddr(t *testing.T) string {
 
 // writeCert writes a fresh self-signed certificate for 127.0.0.1 (its own CA) to dir as tls.crt and
 // tls.key, replacing the files atomically; it returns the certificate PEM.
-func writeCert(t *testing.T, dir string, serial int64) []byte {
+func writeCert(t testing.TB, dir string, serial int64) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -127,7 +127,10 @@ func servedSerial(addr string) (int64, error) {
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }
 
-func start(t *testing.T) *bed {
+func start(t testing.TB) *bed { return startVerbose(t, 1) }
+
+// startVerbose starts the bed with the webhook logging at verbosity v.
+func startVerbose(t testing.TB, v int) *bed {
 	ctrllog.SetLogger(logr.Discard()) // controller-runtime's own package logger
 	c := cluster.Start(t, cluster.Options{})
 	b := &bed{c: c, reg: prometheus.NewRegistry(), certDir: t.TempDir(), health: freeAddr(t), metrics: freeAddr(t), stopped: make(chan error, 1)}
@@ -141,7 +144,7 @@ func start(t *testing.T) *bed {
 		Listen: listen, CertDir: b.certDir, HealthListen: b.health, MetricsListen: b.metrics,
 		SchedulerName: "cardinal-scheduler", TrustedServiceAccounts: []string{extenderSA},
 		Resources: annotations.DefaultResourceNames(), Client: c.Client,
-		Logger: testr.NewWithOptions(t, testr.Options{Verbosity: 1}), Registry: b.reg,
+		Logger: testr.NewWithInterface(t, testr.Options{Verbosity: v}), Registry: b.reg,
 	}
 	go func() { b.stopped <- webhook.Run(ctx, cfg) }()
 	t.Cleanup(func() {
@@ -196,7 +199,7 @@ func start(t *testing.T) *bed {
 
 // waitRegistered waits until the apiserver calls the webhook: a dry-run GPU pod comes back with
 // Cardinal's scheduler (the apiserver picks up configurations asynchronously).
-func (b *bed) waitRegistered(t *testing.T) {
+func (b *bed) waitRegistered(t testing.TB) {
 	t.Helper()
 	cluster.WaitFor(t, timeout, "the apiserver to call the webhook", func() (bool, error) {
 		p, err := b.c.Client.CoreV1().Pods(teamNS).Create(context.Background(), gpuPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -205,7 +208,7 @@ func (b *bed) waitRegistered(t *testing.T) {
 }
 
 // gauge reads a metric without labels from reg; counters are summed over their labels.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func gauge(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -224,7 +227,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // calls is how many admission requests the webhook has decided.
-func (b *bed) calls(t *testing.T) float64 {
+func (b *bed) calls(t testing.TB) float64 {
 	return gauge(t, b.reg, "cardinal_webhook_admission_decisions_total")
 }
 
@@ -252,7 +255,7 @@ func (w *warningRecorder) take() []string {
 }
 
 // client returns a clientset acting as user (empty: the admin) that records warnings.
-func (b *bed) client(t *testing.T, user string) (kubernetes.Interface, *warningRecorder) {
+func (b *bed) client(t testing.TB, user string) (kubernetes.Interface, *warningRecorder) {
 	t.Helper()
 	rec := &warningRecorder{}
 	cfg := rest.CopyConfig(b.c.RESTConfig)
