@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -308,4 +309,27 @@ type staticLister struct {
 
 func (s staticLister) List(context.Context, *podresourcesapi.ListPodResourcesRequest, ...grpcCallOption) (*podresourcesapi.ListPodResourcesResponse, error) {
 	return s.resp, nil
+}
+
+func TestPreferredAllocationWaitsForTheCache(t *testing.T) {
+	// The kubelet's watch can deliver a binding before the plugin's informer does: the plugin must
+	// wait for the pod rather than guess.
+	p := newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: testCards(4, nil), Shares: 1,
+		Log: logrDiscard(), CacheWait: time.Minute})
+	k := newFakeKubelet(p)
+	pod := newPod("late", ctr{name: "main", ids: []string{"GPU-02"}}).obj(t)
+	type result struct {
+		ids []string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ids, _, err := k.allocate(1)
+		done <- result{ids, err}
+	}()
+	p.UpsertPod(pod)
+	r := <-done
+	if r.err != nil || !slices.Equal(r.ids, []string{"GPU-02"}) {
+		t.Fatalf("got %v, %v; want [GPU-02]", r.ids, r.err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
@@ -37,7 +38,8 @@ func testCards(n int, model func(int) string) []nvidia.Card {
 
 func testPlugin(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 	t.Helper()
-	return newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: cards, Shares: shares, Topology: true, Log: logr.Discard()})
+	return newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: cards, Shares: shares, Topology: true,
+		Log: logr.Discard(), CacheWait: 20 * time.Millisecond})
 }
 
 // ctr is a GPU container of a test pod: its name, its assigned IDs (nil: no assignment entry) and,
@@ -193,3 +195,5 @@ type (
 	uidT           = types.UID
 	grpcCallOption = grpc.CallOption
 )
+
+func logrDiscard() logr.Logger { return logr.Discard() }

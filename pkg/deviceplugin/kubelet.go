@@ -120,6 +120,11 @@ func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, 
 				k.log.Info("kubelet socket created; registering again")
 				return true
 			case ev.Name == filepath.Join(k.dir, k.socket) && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
+				// Our own removal of a stale socket before serving shows up here too, after the new
+				// socket exists: only a socket that is gone means the kubelet wiped the folder.
+				if _, err := os.Stat(ev.Name); err == nil {
+					continue
+				}
 				k.log.Info("plugin socket removed; serving and registering again")
 				return true
 			}

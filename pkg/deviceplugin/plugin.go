@@ -48,6 +48,11 @@ type Plugin struct {
 	local map[types.UID]map[string]annotations.ContainerAllocation
 	// changed is closed and replaced on every health change, waking ListAndWatch streams.
 	changed chan struct{}
+	// podsChanged is closed and replaced on every pod update, waking calls that wait for the cache.
+	podsChanged chan struct{}
+	// cacheWait bounds how long a call waits for the informer to show the pod the kubelet is
+	// admitting: the kubelet's own watch may deliver the binding before the plugin's does.
+	cacheWait time.Duration
 }
 
 var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
@@ -60,7 +65,13 @@ type pluginOptions struct {
 	Topology bool
 	Log      logr.Logger
 	Metrics  *metrics
+	// CacheWait: see Plugin.cacheWait; zero means DefaultCacheWait.
+	CacheWait time.Duration
 }
+
+// DefaultCacheWait is how long GetPreferredAllocation and Allocate wait, at most, for the pod cache
+// to show a container in flight that could be the one the kubelet is admitting.
+const DefaultCacheWait = 5 * time.Second
 
 func newPlugin(o pluginOptions) *Plugin {
 	p := &Plugin{
@@ -69,7 +80,11 @@ func newPlugin(o pluginOptions) *Plugin {
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:   map[types.UID]map[string]annotations.ContainerAllocation{},
-		changed: make(chan struct{}),
+		changed: make(chan struct{}), podsChanged: make(chan struct{}),
+		cacheWait: o.CacheWait,
+	}
+	if p.cacheWait <= 0 {
+		p.cacheWait = DefaultCacheWait
 	}
 	if p.metrics == nil {
 		p.metrics = newMetrics()
@@ -94,6 +109,8 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 	}
 	p.pods[pod.UID] = e
 	p.byKey[e.key()] = pod.UID
+	close(p.podsChanged)
+	p.podsChanged = make(chan struct{})
 	// Local knowledge the pod now carries is dropped: the record is the truth from here on.
 	if loc := p.local[pod.UID]; loc != nil {
 		for name, c := range loc {
@@ -197,10 +214,16 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 }
 
 // GetPreferredAllocation steers the kubelet to the assigned IDs (see preferred).
-func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	resp := &pluginapi.PreferredAllocationResponse{}
-	p.mu.Lock()
-	holders := p.holdersLocked()
+	holders := p.lockWhenVisible(ctx, func(hs []holder) bool {
+		for _, c := range req.ContainerRequests {
+			if !visible(hs, int(c.AllocationSize), nil) {
+				return false
+			}
+		}
+		return true
+	})
 	for _, c := range req.ContainerRequests {
 		ids, fromAssignment := preferred(p.table, holders, c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
@@ -213,12 +236,18 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 
 // Allocate finds the container the IDs belong to and returns its environment; the allocation record
 // is written on the pod afterwards, asynchronously.
-func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	start := time.Now()
 	resp := &pluginapi.AllocateResponse{}
 	var served []outcome
-	p.mu.Lock()
-	holders := p.holdersLocked()
+	holders := p.lockWhenVisible(ctx, func(hs []holder) bool {
+		for _, c := range req.ContainerRequests {
+			if !visible(hs, len(c.DevicesIds), c.DevicesIds) {
+				return false
+			}
+		}
+		return true
+	})
 	for _, c := range req.ContainerRequests {
 		o, aerr := resolve(p.table, holders, c.DevicesIds)
 		if aerr != nil {
@@ -274,6 +303,50 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 // PreStartContainer is not used (the plugin does not ask for it at registration).
 func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// lockWhenVisible takes p.mu and returns the holders once ready accepts them, or once cacheWait has
+// passed (or ctx ended) without that. It returns with p.mu held.
+func (p *Plugin) lockWhenVisible(ctx context.Context, ready func([]holder) bool) []holder {
+	var deadline <-chan time.Time
+	for {
+		p.mu.Lock()
+		hs := p.holdersLocked()
+		if ready(hs) {
+			return hs
+		}
+		if deadline == nil {
+			t := time.NewTimer(p.cacheWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		wake := p.podsChanged
+		p.mu.Unlock()
+		select {
+		case <-wake:
+			continue
+		case <-deadline:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		return p.holdersLocked()
+	}
+}
+
+// visible reports whether the cache shows a container in flight that asks for size devices, or one
+// (in flight or not) assigned exactly ids: without one the kubelet is admitting a pod the plugin has
+// not seen yet.
+func visible(hs []holder, size int, ids []string) bool {
+	for i := range hs {
+		h := &hs[i]
+		if inFlight(h) && h.Count == size {
+			return true
+		}
+		if ids != nil && h.Assigned != nil && sameSet(h.ids(), ids) {
+			return true
+		}
+	}
+	return false
 }
 
 func codeOf(r Reason) codes.Code {
