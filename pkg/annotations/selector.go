@@ -29,6 +29,7 @@ type Selector struct {
 type Mismatch int
 
 const (
+	// MatchOK: the selector accepts the card.
 	MatchOK Mismatch = iota
 	// MismatchUseType: the model contains no entry of use-gputype.
 	MismatchUseType
