@@ -1,0 +1,50 @@
+package webhook
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+func TestConfigValidate(t *testing.T) {
+	valid := func() Config {
+		return Config{
+			Listen: ":9443", CertDir: "/certs", SchedulerName: "cardinal-scheduler",
+			TrustedServiceAccounts: []string{"system:serviceaccount:cardinal-system:extender"},
+			Resources:              annotations.DefaultResourceNames(), Client: fake.NewClientset(),
+		}
+	}
+	tests := []struct {
+		name    string
+		edit    func(*Config)
+		wantErr string // empty: valid
+	}{
+		{"the defaults", func(*Config) {}, ""},
+		{"no port", func(c *Config) { c.Listen = "127.0.0.1" }, "--listen"},
+		{"port 0 (controller-runtime would pick 9443)", func(c *Config) { c.Listen = ":0" }, "port must be 1..65535"},
+		{"no cert dir", func(c *Config) { c.CertDir = "" }, "--cert-dir is empty"},
+		{"no scheduler", func(c *Config) { c.SchedulerName = "" }, "--scheduler-name is empty"},
+		{"no client", func(c *Config) { c.Client = nil }, "no Kubernetes client"},
+		{"a user, not a service account", func(c *Config) { c.TrustedServiceAccounts = []string{"alice"} }, `"alice" is not system:serviceaccount:<namespace>:<name>`},
+		{"a service account without a namespace", func(c *Config) {
+			c.TrustedServiceAccounts = []string{"system:serviceaccount::extender"}
+		}, "is not system:serviceaccount"},
+		{"a resource name used twice", func(c *Config) { c.Resources.Cores = c.Resources.Mem }, "used twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			tt.edit(&c)
+			err := c.validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("validate() = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("validate() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
