@@ -107,9 +107,13 @@ func TestDevicePluginWithRealKubelet(t *testing.T) {
 	if err := c.Client.CoreV1().Pods("default").Delete(context.Background(), "one", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.WaitFor(t, timeout, "pod one to be gone", func() (bool, error) {
-		_, err := c.Client.CoreV1().Pods("default").Get(context.Background(), "one", metav1.GetOptions{})
-		return err != nil, nil
+	cluster.WaitFor(t, timeout, "the kubelet to release pod one's card", func() (bool, error) {
+		held, err := podResources(k.PodResourcesSocket)
+		if err != nil {
+			return false, nil // the restarted kubelet's API may not be up yet
+		}
+		_, ok := held["one"]
+		return !ok, nil
 	})
 	waitGPUs(t, c.Client, 4, []bool{true, true, true, true})
 	four := bindPod(t, c.Client, "four", uuids[2])
@@ -205,16 +209,27 @@ func waitRunning(t *testing.T, client kubernetes.Interface, pods ...*corev1.Pod)
 // checkPodResources compares the kubelet's own record with the assignments.
 func checkPodResources(t *testing.T, socket string, want map[string][]string) {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	got, err := podResources(socket)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sorted(want), sorted(got)); diff != "" {
+		t.Errorf("PodResources (-assigned +kubelet):\n%s", diff)
+	}
+}
+
+// podResources lists the GPU device IDs the kubelet holds for each pod.
+func podResources(socket string) (map[string][]string, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	got := map[string][]string{}
 	for _, p := range resp.GetPodResources() {
@@ -226,9 +241,7 @@ func checkPodResources(t *testing.T, socket string, want map[string][]string) {
 			}
 		}
 	}
-	if diff := cmp.Diff(sorted(want), sorted(got)); diff != "" {
-		t.Errorf("PodResources (-assigned +kubelet):\n%s", diff)
-	}
+	return got, nil
 }
 
 // waitRecords waits until every pod's allocation record names its assigned devices.
