@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,12 @@ const (
 	etcdReadyTimeout      = 30 * time.Second
 	apiServerReadyTimeout = 90 * time.Second
 	startAttempts         = 3 // a free port taken by someone else between choice and bind
+)
+
+// dirPrefix names cluster dirs under os.TempDir(); ownerFile in each names the process that made it.
+const (
+	dirPrefix = "cardinal-tb-"
+	ownerFile = "owner"
 )
 
 // serviceCIDR is the apiserver's service range; nothing routes it, Services just need one.
@@ -75,8 +82,12 @@ type Cluster struct {
 func Start(t TB, opts Options) *Cluster {
 	t.Helper()
 	bin := BinDir(t)
-	dir, err := os.MkdirTemp("", "cardinal-tb-")
+	removeStaleDirs(t)
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
+		t.Fatalf("cluster dir: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(processIdentity(os.Getpid())), 0o644); err != nil {
 		t.Fatalf("cluster dir: %v", err)
 	}
 	c := &Cluster{Dir: dir, LogDir: t.TempDir(), bin: bin, kubelets: map[string]*Kubelet{}}
@@ -322,4 +333,42 @@ func (c *Cluster) writeKubeconfig(caFile string) error {
 	}
 	c.RESTConfig, c.Client = rc, client
 	return nil
+}
+
+// processIdentity is "<pid> <start time in clock ticks>" (field 22 of /proc/<pid>/stat), which
+// tells a process apart from a later one with the same pid; "" if pid does not exist.
+func processIdentity(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) is in parentheses and may hold spaces; count fields after it.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 20 {
+		return ""
+	}
+	return strconv.Itoa(pid) + " " + fields[19]
+}
+
+// removeStaleDirs removes the cluster dirs of processes that are gone without cleaning up (a
+// test binary killed by its -timeout, say). Their components died with them (PR_SET_PDEATHSIG)
+// and their mounts with the namespaces, so only files are left.
+func removeStaleDirs(t TB) {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, dir := range dirs {
+		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // not ours to judge, or still being created
+		}
+		pid, _, _ := strings.Cut(string(owner), " ")
+		n, err := strconv.Atoi(pid)
+		if err != nil || processIdentity(n) == string(owner) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Logf("remove stale test-bed dir %s: %v", dir, err)
+		}
+	}
 }

@@ -238,7 +238,11 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		c := Start(t, Options{})
 		k := c.AddKubelet(t, KubeletSpec{Name: "teardown-1"})
 		k.StartInNamespace(t, "sleeper-in-namespace", "sleep", "600")
-		c.StartProcess(t, "sleeper-on-host", "sh", "-c", "sleep 600 & sleep 600")
+		host := c.StartProcess(t, "sleeper-on-host", "sh", "-c", "sleep 600 & sleep 600")
+		// Both sleeps must exist before teardown, or a fast Stop could kill sh before it forks.
+		WaitFor(t, waitTimeout, "two sleeps in the host sleeper's process group", func() (bool, error) {
+			return len(groupMembers(t, host.Pid(), "sleep\x00600")) == 2, nil
+		})
 		dir, logDir, ns = c.Dir, c.LogDir, k.MountNamespace()
 		for _, p := range c.Processes() {
 			pids = append(pids, p.Pid())
@@ -249,6 +253,10 @@ func TestTeardownLeavesNothing(t *testing.T) {
 	})
 
 	for _, pid := range pids {
+		// A child of a stopped process (the sleeps of sh) would still be in its group.
+		for _, member := range groupMembers(t, pid, "") {
+			t.Errorf("process %d survived in the group of stopped process %d", member, pid)
+		}
 		if cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil {
 			t.Errorf("pid %d still exists: %q", pid, cmdline)
 		}
@@ -264,12 +272,6 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if strings.Contains(string(cmdline), dir) || strings.Contains(string(cmdline), logDir) {
 			t.Errorf("process %s refers to the stopped cluster: %q", e.Name(), cmdline)
-		}
-		// A child of a stopped process (the backgrounded sleep) would still be in the group.
-		if strings.Contains(string(cmdline), "sleep\x00600") {
-			if pgid, err := syscall.Getpgid(mustAtoi(e.Name())); err == nil && containsInt(pids, pgid) {
-				t.Errorf("process %s survived in the group of a stopped process", e.Name())
-			}
 		}
 		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "mnt")); err == nil && link == ns {
 			t.Errorf("process %s is still in the stopped kubelet's mount namespace %s", e.Name(), ns)
@@ -308,16 +310,33 @@ func hostMountPoints(t *testing.T) []string {
 	return points
 }
 
-func mustAtoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
-}
-
-func containsInt(xs []int, x int) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
+// groupMembers lists the live (not zombie) processes in process group pgid whose command line
+// contains cmdline. Orphans killed at teardown stay zombies until init reaps them; they are dead.
+func groupMembers(t *testing.T, pgid int, cmdline string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after "(comm)": state, ppid, pgrp.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), cmdline) {
+			members = append(members, pid)
 		}
 	}
-	return false
+	return members
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,7 +43,7 @@ func startProcess(t TB, name, logPath string, command func() (*exec.Cmd, error))
 	p := &Process{Name: name, LogPath: logPath, command: command}
 	t.Cleanup(func() {
 		p.Stop()
-		if t.Failed() {
+		if t.Failed() || panicking() {
 			t.Logf("last %d lines of %s (%s):\n%s", tailLines, p.Name, p.LogPath, p.Tail(tailLines))
 		}
 	})
@@ -130,8 +132,36 @@ func (p *Process) Stop() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-done
 	}
-	// Members of the group that outlived its leader (a child the command forked) go too.
+	// Members of the group that outlived its leader (a child the command forked) go too, and
+	// Stop returns only once they are gone (or zombies waiting for init to reap them).
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = poll(stopGrace, func() (bool, error) { return len(liveGroupMembers(pgid)) == 0, nil })
+}
+
+// liveGroupMembers lists the processes of process group pgid that are not zombies.
+func liveGroupMembers(pgid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// After "(comm)": state, ppid, pgrp, ...
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // Restart stops the process and starts its command again; the log is appended to.
@@ -162,6 +192,14 @@ func (p *Process) failIfExited() error {
 		err = errors.New("exit status 0")
 	}
 	return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.Name, err, p.LogPath, p.Tail(tailLines))
+}
+
+// panicking reports whether the calling goroutine is unwinding a panic. A test that panics is
+// not yet marked failed when its cleanups run, but the panic is on the stack that runs them.
+func panicking() bool {
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	return bytes.Contains(buf, []byte("\npanic("))
 }
 
 func tail(b []byte, n int) string {
