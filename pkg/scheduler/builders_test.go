@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
@@ -224,3 +225,48 @@ func (h *harness) assignmentOf(ns, name string) (*annotations.Assignment, string
 func names(ns ...string) *[]string { return &ns }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+type bindArgs = extenderv1.ExtenderBindingArgs
+
+// createPods adds pods to the fake API server (the cache sees them through the informer path only
+// once they are bound).
+func (h *harness) createPods(pods ...*corev1.Pod) {
+	h.t.Helper()
+	for _, p := range pods {
+		if _, err := h.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *harness) bind(name, node string) string {
+	h.t.Helper()
+	return h.srv.Bind(context.Background(), &bindArgs{PodName: name, PodNamespace: "default", Node: node}).Error
+}
+
+// allocate does what the device plugin does after Allocate: it records the assigned IDs on the pod.
+func (h *harness) allocate(name string) {
+	h.t.Helper()
+	p, err := h.client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	a, err := annotations.DecodeAssignment(p.Annotations[annotations.GPUAssignment])
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	alloc := annotations.Allocation{Node: a.Node}
+	for _, c := range a.Containers {
+		alloc.Containers = append(alloc.Containers, annotations.ContainerAllocation{Name: c.Name, IDs: c.IDs(), Source: annotations.SourceAllocate})
+	}
+	enc, err := annotations.EncodeAllocation(alloc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p = p.DeepCopy()
+	p.Annotations[annotations.GPUAllocated] = enc
+	if p, err = h.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.cache.UpsertPod(p)
+}

@@ -196,6 +196,19 @@ func TestFragAwareChoosesDifferentlyFromBinpack(t *testing.T) {
 			binpackNode: "a", binpackCard: []int{1},
 			fragNode: "b", fragCard: []int{1},
 		},
+		{
+			// Pod 1 whole card, mix: 1-card requests only.
+			// a: cards held whole + empty; b: 2 empty cards. binpack: a 10×2/2 = 10, b 10×1/2 = 5: a.
+			// frag-aware: a before (free 0 1): the empty card hosts, F 0; after (0 0): F 0; ΔF 0.
+			// b before (1 1) F 0; after (0 1) F 0; ΔF 0. A tie, which goes to the emptier node: b
+			// (by name alone it would be a).
+			name:        "node: equal fragmentation goes to the emptier node",
+			req:         faWhole(1),
+			mix:         faMix(faWhole(1), 1.0),
+			nodes:       []*NodeState{faNode("a", "T4", 100, 0), faNode("b", "T4", 0, 0)},
+			binpackNode: "a", binpackCard: []int{1},
+			fragNode: "b", fragCard: []int{0},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -221,7 +234,7 @@ func TestFragAwareScoreValues(t *testing.T) {
 	if r != nil {
 		t.Fatal(r.String())
 	}
-	// 10/(1+e^(4×0.1)) = 4.0131; the tie-break adds 1e-9 × 0.65.
+	// 10/(1+e^(4×0.1)) = 4.0131; the tie-break takes 1e-9 × 0.65 off.
 	if got, want := p.Score(n, plan, mix), 10/(1+math.Exp(0.4)); math.Abs(got-want) > 1e-6 {
 		t.Errorf("score %v, want %v", got, want)
 	}

@@ -1,0 +1,90 @@
+package scheduler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// DESIGN.md: a container is in flight from bind until the device plugin records its allocation.
+// A second container of the same device count waits unless the two are interchangeable.
+func TestInFlightRule(t *testing.T) {
+	whole1 := func(name string, ann map[string]string) *corev1.Pod { return gpuPod(name, ann, ctr{name: "m", gpu: 1}) }
+	share1 := func(name string) *corev1.Pod { return gpuPod(name, nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10}) }
+	whole2 := func(name string) *corev1.Pod { return gpuPod(name, nil, ctr{name: "m", gpu: 2}) }
+	cases := []struct {
+		name        string
+		first       *corev1.Pod
+		second      *corev1.Pod
+		allocate    bool // the plugin records the first pod's allocation before the second binds
+		wantWaiting bool
+	}{
+		{"identical replicas never wait", whole1("a", nil), whole1("b", nil), false, false},
+		{"whole vs share of the same count waits", whole1("a", nil), share1("b"), false, true},
+		{"different device counts do not wait", whole1("a", nil), whole2("b"), false, false},
+		{"same request but the selector refuses the other's card waits",
+			whole1("a", nil), whole1("b", map[string]string{annotations.UseGPUUUID: uuidOf("n1", 1) + "," + uuidOf("n1", 2)}), false, true},
+		{"once the first is allocated, the second goes", whole1("a", nil), share1("b"), true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{informer: true}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 4, shares: 4}))
+			h.createPods(c.first, c.second)
+			if err := h.bind(c.first.Name, "n1"); err != "" {
+				t.Fatal(err)
+			}
+			if c.allocate {
+				a, _ := h.assignmentOf("default", c.first.Name)
+				p, _ := h.client.CoreV1().Pods("default").Get(t.Context(), c.first.Name, metav1.GetOptions{})
+				p = withAllocation(t, p.DeepCopy(), "n1", annotations.ContainerAllocation{Name: "m", IDs: a.Containers[0].IDs(), Source: annotations.SourceAllocate})
+				h.cache.UpsertPod(p)
+			}
+			err := h.bind(c.second.Name, "n1")
+			waiting := strings.Contains(err, ErrInFlight.Error())
+			if waiting != c.wantWaiting || (err != "" && !waiting) {
+				t.Fatalf("second bind error %q, want waiting=%v", err, c.wantWaiting)
+			}
+			if waiting && !strings.Contains(err, `waits until pod default/a container "m" is allocated`) {
+				t.Errorf("error %q does not name the pod in flight", err)
+			}
+		})
+	}
+}
+
+// Filter sends a pod that would wait to another node when one fits; with no other node it keeps the
+// node (bind then answers a retriable error until the first container is allocated).
+func TestFilterPrefersNodesWithoutWaiting(t *testing.T) {
+	h := newHarness(t, harnessOptions{informer: true},
+		gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 4, shares: 4}),
+		gpuNode(nodeSpec{name: "n2", model: a40, memMiB: 10000, count: 4, shares: 4}))
+	first := gpuPod("a", nil, ctr{name: "m", gpu: 1})
+	second := gpuPod("b", nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10})
+	h.createPods(first, second)
+	if err := h.bind("a", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: second, NodeNames: names("n1", "n2")}))
+	want := map[string]string{"n1": `waits until pod default/a container "m" is allocated (in flight with 1 card, not interchangeable)`}
+	if diff := cmp.Diff(want, map[string]string(res.FailedNodes)); diff != "" || !cmp.Equal([]string{"n2"}, *res.NodeNames) {
+		t.Errorf("FailedNodes (-want +got):\n%s fit %v", diff, *res.NodeNames)
+	}
+	res = decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: second, NodeNames: names("n1")}))
+	if !cmp.Equal([]string{"n1"}, *res.NodeNames) {
+		t.Errorf("only node: fit %v, failed %v", *res.NodeNames, res.FailedNodes)
+	}
+	// Reserve classifies the wait so the HTTP layer can count it.
+	p, err := h.srv.prepare(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.cache.Reserve(second.UID, "default/b", p, "n1"); !errors.Is(err, ErrInFlight) {
+		t.Errorf("Reserve = %v, want ErrInFlight", err)
+	}
+}
