@@ -149,7 +149,7 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 	}
 	arrival := fmt.Sprintf("%.0f %%", 100*c.Arrival)
 	frag := fmt.Sprintf("%.0f %%", 100*c.FragAt)
-	header := []string{"trace", "node/gpu policy", "alloc @100 %", "alloc @" + arrival, "first failure (arrival %)", "frag @" + frag + " (GPUs)", "frag @" + frag + " (% of free)", "seeds", "time"}
+	header := []string{"trace", "node/gpu policy", "alloc @100 %", "alloc @" + arrival, "first failure (arrival %)", "frag @" + frag + " (GPUs)", "frag @" + frag + " (% of free)", "of which CPU/memory (%)", "seeds", "time"}
 	var lines [][]string
 	for _, r := range rows {
 		s := r.res.Summary()
@@ -158,11 +158,11 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 			fail += fmt.Sprintf(" (%d seeds none)", s.NoFail)
 		}
 		lines = append(lines, []string{r.pods, fmt.Sprintf("%s/%s", r.pair[0], r.pair[1]), pm(s.Alloc100, 2), pm(s.AllocEnd, 2), fail,
-			pm(s.FragGPUs, 1), pm(s.FragPercent, 1), strconv.Itoa(len(r.res.Seeds)), r.res.Elapsed.Round(100 * time.Millisecond).String()})
+			pm(s.FragGPUs, 1), pm(s.FragPercent, 1), pm(s.FragHost, 1), strconv.Itoa(len(r.res.Seeds)), r.res.Elapsed.Round(100 * time.Millisecond).String()})
 		if c.PerSeed {
 			for _, sr := range r.res.Seeds {
 				lines = append(lines, []string{"", fmt.Sprintf("seed %d", sr.Seed), fmt.Sprintf("%.2f", sr.Alloc100), fmt.Sprintf("%.2f", sr.AllocEnd),
-					fmt.Sprintf("%.2f", sr.FirstFail), fmt.Sprintf("%.1f", sr.FragGPUs), fmt.Sprintf("%.1f", sr.FragPercent),
+					fmt.Sprintf("%.2f", sr.FirstFail), fmt.Sprintf("%.1f", sr.FragGPUs), fmt.Sprintf("%.1f", sr.FragPercent), fmt.Sprintf("%.1f", sr.FragHost),
 					fmt.Sprintf("%d pods, %d GPU failed, %d core calls", sr.Arrived, sr.FailedGPU, sr.CoreCalls), sr.Elapsed.Round(10 * time.Millisecond).String()})
 			}
 		}

@@ -62,8 +62,8 @@ func typicalTasks(specs []podSpec) []typicalTask {
 // free. The cluster's fragmentation is Σ_n Σ_m p_m F_n(m). It returns that in cards, and as a
 // percentage of the cluster's free GPU capacity. It uses the replay's own accounting of milli-GPU
 // per card, not the core's.
-func (r *replay) fragmentation() (gpus, percent float64) {
-	var frag, free float64
+func (r *replay) fragmentation() (gpus, percent, hostShare float64) {
+	var frag, host, free float64
 	for ni := range r.sim {
 		n := &r.sim[ni]
 		var nodeFree int64
@@ -76,19 +76,24 @@ func (r *replay) fragmentation() (gpus, percent float64) {
 		free += float64(nodeFree)
 		for ti := range r.typical {
 			t := &r.typical[ti]
-			frag += t.p * float64(taskFrag(n, t, nodeFree))
+			f, byHost := taskFrag(n, t, nodeFree)
+			frag += t.p * float64(f)
+			if byHost {
+				host += t.p * float64(f)
+			}
 		}
 	}
-	if free == 0 {
-		return 0, 0
+	if free == 0 || frag == 0 {
+		return frag / trace.MilliPerGPU, 0, 0
 	}
-	return frag / trace.MilliPerGPU, 100 * frag / free
+	return frag / trace.MilliPerGPU, 100 * frag / free, 100 * host / frag
 }
 
-// taskFrag is F_n(m) in milli-GPU.
-func taskFrag(n *simNode, t *typicalTask, nodeFree int64) int64 {
-	if (len(t.models) > 0 && !slices.Contains(t.models, n.model)) || (!n.ignoreHost && (n.cpuFree < t.cpuMilli || n.memFree < t.memMiB)) {
-		return nodeFree
+// taskFrag is F_n(m) in milli-GPU, and whether it is all of the node's free GPU only because the
+// node lacks CPU or memory for m (its cards would do).
+func taskFrag(n *simNode, t *typicalTask, nodeFree int64) (int64, bool) {
+	if len(t.models) > 0 && !slices.Contains(t.models, n.model) {
+		return nodeFree, false
 	}
 	var fits int
 	var small int64
@@ -100,9 +105,12 @@ func taskFrag(n *simNode, t *typicalTask, nodeFree int64) int64 {
 		}
 	}
 	if fits < t.numGPU {
-		return nodeFree
+		return nodeFree, false
 	}
-	return small
+	if !n.ignoreHost && (n.cpuFree < t.cpuMilli || n.memFree < t.memMiB) {
+		return nodeFree, true
+	}
+	return small, false
 }
 
 func nanValue() float64 { return math.NaN() }
@@ -140,7 +148,7 @@ func Summarize(values []float64) Stat {
 
 // Summary is a Result reduced to mean ± sd per measure.
 type Summary struct {
-	Alloc100, AllocEnd, FirstFail, FragGPUs, FragPercent Stat
+	Alloc100, AllocEnd, FirstFail, FragGPUs, FragPercent, FragHost Stat
 	// NoFail counts seeds in which no GPU pod failed.
 	NoFail int
 }
@@ -160,6 +168,7 @@ func (r *Result) Summary() Summary {
 		FirstFail:   pick(func(s *SeedResult) float64 { return s.FirstFail }),
 		FragGPUs:    pick(func(s *SeedResult) float64 { return s.FragGPUs }),
 		FragPercent: pick(func(s *SeedResult) float64 { return s.FragPercent }),
+		FragHost:    pick(func(s *SeedResult) float64 { return s.FragHost }),
 	}
 	for i := range r.Seeds {
 		if math.IsNaN(r.Seeds[i].FirstFail) {

@@ -142,6 +142,9 @@ type SeedResult struct {
 	// FragGPUs is the fragmented GPU capacity at FragAt arrival (FGD's measure, in cards), and
 	// FragPercent the same as % of the unallocated GPU capacity then.
 	FragGPUs, FragPercent float64
+	// FragHost is the part of FragGPUs (in %) that is there only because nodes lack CPU or memory
+	// for a task their cards could take.
+	FragHost float64
 	// Arrived, Placed and FailedGPU count pods: arrived in all, placed, and GPU pods that fit nowhere.
 	Arrived, Placed, FailedGPU int
 	// CoreCalls is how many times the replay called Fit (a measure of the grouping's saving).
@@ -327,7 +330,7 @@ func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
 		}
 		if !doneFrag && arrived >= atFrag {
 			doneFrag = true
-			res.FragGPUs, res.FragPercent = r.fragmentation()
+			res.FragGPUs, res.FragPercent, res.FragHost = r.fragmentation()
 		}
 		if !done100 && arrived >= at100 {
 			done100 = true

@@ -131,14 +131,15 @@ func TestFragmentationMeasure(t *testing.T) {
 			{cpuMilli: 1000, memMiB: 1000, numGPU: 1, perCard: 1000, models: []string{"P100"}, p: 0.25},
 		},
 	}
-	gpus, pct := r.fragmentation()
-	if math.Abs(gpus-0.9) > 1e-9 || math.Abs(pct-100*900.0/1400) > 1e-9 {
-		t.Errorf("fragmentation %v cards, %v %%; want 0.9, 64.29", gpus, pct)
+	gpus, pct, host := r.fragmentation()
+	if math.Abs(gpus-0.9) > 1e-9 || math.Abs(pct-100*900.0/1400) > 1e-9 || host != 0 {
+		t.Errorf("fragmentation %v cards, %v %%, %v %% by host; want 0.9, 64.29, 0", gpus, pct, host)
 	}
-	// With 9000 milli-CPU wanted by A, the node lacks CPU for A: F(A) = 1400, F = 0.7+0.35+0.35 = 1.4.
+	// With 9000 milli-CPU wanted by A, the node lacks CPU for A: F(A) = 1400, F = 0.7+0.35+0.35 = 1.4,
+	// of which A's 0.7 is there for CPU only: 50 %.
 	r.typical[0].cpuMilli = 9000
-	if gpus, _ := r.fragmentation(); math.Abs(gpus-1.4) > 1e-9 {
-		t.Errorf("fragmentation with A lacking CPU = %v cards, want 1.4", gpus)
+	if gpus, _, host := r.fragmentation(); math.Abs(gpus-1.4) > 1e-9 || math.Abs(host-50) > 1e-9 {
+		t.Errorf("fragmentation with A lacking CPU = %v cards, %v %% by host; want 1.4, 50", gpus, host)
 	}
 }
 
