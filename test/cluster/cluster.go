@@ -45,6 +45,9 @@ type Options struct {
 	// SchedulerConfig is a KubeSchedulerConfiguration (YAML); when set, Start also starts
 	// kube-scheduler with it (see StartScheduler).
 	SchedulerConfig []byte
+	// APIServerFlags are appended to kube-apiserver's command line (a later flag wins), e.g.
+	// "--feature-gates=...". The harness's own flags come first.
+	APIServerFlags []string
 }
 
 // Cluster is an etcd and a kube-apiserver on loopback, with what was added to them. Every
@@ -103,7 +106,7 @@ func Start(t TB, opts Options) *Cluster {
 		t.Fatalf("cluster credentials: %v", err)
 	}
 	for attempt := 1; ; attempt++ {
-		err := c.startControlPlane(t, attempt)
+		err := c.startControlPlane(t, attempt, opts.APIServerFlags)
 		if err == nil {
 			break
 		}
@@ -196,7 +199,7 @@ func (c *Cluster) writeCredentials() error {
 
 // startControlPlane starts etcd and kube-apiserver on fresh ports and waits for both; on error
 // both are stopped again so the caller can retry.
-func (c *Cluster) startControlPlane(t TB, attempt int) (err error) {
+func (c *Cluster) startControlPlane(t TB, attempt int, extraFlags []string) (err error) {
 	t.Helper()
 	ports, err := freePorts(3)
 	if err != nil {
@@ -234,24 +237,25 @@ func (c *Cluster) startControlPlane(t TB, attempt int) (err error) {
 
 	certDir := c.path("apiserver-certs")
 	apiserver := c.startProcess(t, "kube-apiserver"+suffix, func() (*exec.Cmd, error) {
-		return exec.Command(filepath.Join(c.bin, "kube-apiserver"),
-			"--etcd-servers="+clientURL,
+		args := []string{
+			"--etcd-servers=" + clientURL,
 			"--bind-address=127.0.0.1",
 			"--advertise-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(apiPort),
-			"--cert-dir="+certDir,
-			"--token-auth-file="+c.path("tokens.csv"),
+			"--secure-port=" + strconv.Itoa(apiPort),
+			"--cert-dir=" + certDir,
+			"--token-auth-file=" + c.path("tokens.csv"),
 			"--authorization-mode=RBAC",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file="+c.path("sa.key"),
-			"--service-account-signing-key-file="+c.path("sa.key"),
-			"--service-cluster-ip-range="+serviceCIDR,
+			"--service-account-key-file=" + c.path("sa.key"),
+			"--service-account-signing-key-file=" + c.path("sa.key"),
+			"--service-cluster-ip-range=" + serviceCIDR,
 			"--allow-privileged=true",
 			"--endpoint-reconciler-type=none",
 			// No kube-controller-manager creates default ServiceAccounts or the kube-root-ca.crt
 			// ConfigMap; without this plugin pods need neither. Webhook and policy admission stay on.
 			"--disable-admission-plugins=ServiceAccount",
-		), nil
+		}
+		return exec.Command(filepath.Join(c.bin, "kube-apiserver"), append(args, extraFlags...)...), nil
 	})
 	defer func() {
 		if err != nil {
@@ -272,32 +276,38 @@ func (c *Cluster) startControlPlane(t TB, attempt int) (err error) {
 
 // waitHTTP polls url until it answers 200, failing early when p exits.
 func (c *Cluster) waitHTTP(p *Process, timeout time.Duration, client *http.Client, url, token string) error {
-	client = withTimeout(client)
 	var last string
 	err := poll(timeout, func() (bool, error) {
 		if err := p.failIfExited(); err != nil {
 			return false, err
 		}
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		last = resp.Status
-		return resp.StatusCode == http.StatusOK, nil
+		var ok bool
+		ok, last = probeHTTP(client, url, token)
+		return ok, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%s not ready at %s (last answer: %s): %w", p.Name, url, last, err)
 	}
 	return nil
+}
+
+// probeHTTP GETs url (with a bearer token unless empty) and reports whether it answered 200, and
+// what it answered: a status, or why there was none. Failures are answers here, not errors: the
+// callers poll until the server is up.
+func probeHTTP(client *http.Client, url, token string) (bool, string) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := withTimeout(client).Do(req)
+	if err != nil {
+		return false, err.Error()
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, resp.Status
 }
 
 func withTimeout(c *http.Client) *http.Client {

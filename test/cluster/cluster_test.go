@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,6 +136,57 @@ func TestSchedulerBindsPodsToAPIOnlyNode(t *testing.T) {
 	})
 }
 
+// TestValidatingAdmissionPolicyIsEnforced checks that the admission chain other tests rely on
+// (policies and webhooks) is on: a policy refusing pods with a label refuses them.
+func TestValidatingAdmissionPolicyIsEnforced(t *testing.T) {
+	t.Parallel()
+	c := Start(t, Options{})
+	ctx := context.Background()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-forbidden-pods"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+					},
+				}},
+			},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "!has(object.metadata.labels) || !('forbidden' in object.metadata.labels)",
+				Message:    "forbidden pod",
+			}},
+		},
+	}
+	if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-forbidden-pods"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The policy takes effect once the apiserver's informer has it; until then creations succeed.
+	attempt := 0
+	WaitFor(t, waitTimeout, "a pod labelled forbidden to be refused", func() (bool, error) {
+		attempt++
+		pod := testPod("forbidden-"+strconv.Itoa(attempt), "nowhere", nil)
+		pod.Labels = map[string]string{"forbidden": "yes"}
+		_, err := c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil && strings.Contains(err.Error(), "forbidden pod") {
+			return true, nil
+		}
+		return false, err
+	})
+	createPod(t, c, testPod("allowed", "nowhere", nil))
+}
+
 func TestKubelet(t *testing.T) {
 	t.Parallel()
 	c := Start(t, Options{SchedulerConfig: []byte(defaultSchedulerConfig)})
@@ -205,6 +257,15 @@ func TestKubelet(t *testing.T) {
 		if exited, err := p.Exited(); exited {
 			t.Errorf("plugin exited: %v", err)
 		}
+	})
+
+	t.Run("second kubelet runs beside the first", func(t *testing.T) {
+		k2 := c.AddKubelet(t, KubeletSpec{Name: "kubelet-2"})
+		if k2.Root == k.Root || k2.MountNamespace() == k.MountNamespace() {
+			t.Errorf("kubelets share root %q or namespace %q", k2.Root, k2.MountNamespace())
+		}
+		createPod(t, c, testPod("on-second", k2.Name, nil))
+		waitPodRunning(t, c, "on-second")
 	})
 
 	t.Run("restart", func(t *testing.T) {

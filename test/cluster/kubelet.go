@@ -248,7 +248,6 @@ func labelFlag(labels map[string]string) string {
 // since notBefore, and its node is Ready; then it removes the not-ready taint.
 func (k *Kubelet) waitReady(notBefore time.Time) error {
 	c := k.cluster
-	client := withTimeout(http.DefaultClient)
 	ctx, cancel := context.WithTimeout(context.Background(), kubeletReadyTimeout)
 	defer cancel()
 	var state string
@@ -256,45 +255,39 @@ func (k *Kubelet) waitReady(notBefore time.Time) error {
 		if err := k.Process.failIfExited(); err != nil {
 			return false, err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.healthzURL, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			state = "healthz: " + err.Error()
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			state = "healthz: " + resp.Status
+		if ok, answer := probeHTTP(http.DefaultClient, k.healthzURL, ""); !ok {
+			state = "healthz: " + answer
 			return false, nil
 		}
 		for _, sock := range []string{filepath.Join(k.DevicePluginDir, "kubelet.sock"), k.PodResourcesSocket} {
-			fi, err := os.Stat(sock)
-			if err != nil || fi.ModTime().Before(notBefore) {
+			if !existsSince(sock, notBefore) {
 				state = sock + " not (re)created yet"
 				return false, nil
 			}
 		}
 		node, err := c.Client.CoreV1().Nodes().Get(ctx, k.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			state = "node not registered"
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if !nodeReady(node) {
+		case err != nil:
+			state = "get node: " + err.Error()
+		case !nodeReady(node):
 			state = "node not Ready"
-			return false, nil
+		default:
+			return true, nil
 		}
-		return true, nil
+		return false, nil
 	})
 	if err != nil {
 		return fmt.Errorf("not ready (%s): %w", state, err)
 	}
 	return k.removeNotReadyTaint(ctx)
+}
+
+// existsSince reports whether path exists and was modified at or after t.
+func existsSince(path string, t time.Time) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.ModTime().Before(t)
 }
 
 // removeNotReadyTaint removes the taints the node lifecycle controller would have lifted.

@@ -191,7 +191,7 @@ func (p *Process) failIfExited() error {
 	if err == nil {
 		err = errors.New("exit status 0")
 	}
-	return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.Name, err, p.LogPath, p.Tail(tailLines))
+	return fmt.Errorf("%s exited (%w); last lines of %s:\n%s", p.Name, err, p.LogPath, p.Tail(tailLines))
 }
 
 // panicking reports whether the calling goroutine is unwinding a panic. A test that panics is
