@@ -174,7 +174,7 @@ func TestValidatingAdmissionPolicyIsEnforced(t *testing.T) {
 	}
 	// The policy takes effect once the apiserver's informer has it; until then creations succeed.
 	attempt := 0
-	WaitFor(t, waitTimeout, "a pod labelled forbidden to be refused", func() (bool, error) {
+	WaitFor(t, waitTimeout, "a pod labeled forbidden to be refused", func() (bool, error) {
 		attempt++
 		pod := testPod("forbidden-"+strconv.Itoa(attempt), "nowhere", nil)
 		pod.Labels = map[string]string{"forbidden": "yes"}
