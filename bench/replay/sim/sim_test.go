@@ -295,3 +295,30 @@ func BenchmarkReplayDefault(b *testing.B) {
 		})
 	}
 }
+
+// TestParallelSeedsMatchSerial: seeds replayed at once share the prepared pods and inventories and
+// must give what they give one at a time (run it with -race).
+func TestParallelSeedsMatchSerial(t *testing.T) {
+	var nodes []trace.Node
+	for i := range 6 {
+		nodes = append(nodes, gpuNode(strconv.Itoa(i), 4))
+	}
+	pods := []trace.Pod{gpuPod("a", 1, 1000), gpuPod("b", 1, 300), gpuPod("c", 2, 1000), {Name: "cpu", CPUMilli: 8000, MemoryMiB: 1}}
+	cfg := baseConfig(nodes, pods)
+	cfg.Seeds, cfg.Record, cfg.NodePolicy, cfg.GPUPolicy = []uint64{1, 2, 3, 4}, true, annotations.PolicyFragAware, annotations.PolicyFragAware
+	serial, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Parallel = 4
+	parallel, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(serial.Seeds, parallel.Seeds, cmpopts.IgnoreFields(SeedResult{}, "Elapsed"), cmpopts.EquateNaNs()); d != "" {
+		t.Errorf("serial vs parallel (-serial +parallel):\n%s", d)
+	}
+	if slices.Equal(serial.Seeds[0].Placements, serial.Seeds[1].Placements) {
+		t.Error("seeds 1 and 2 placed alike: the seed does not shuffle")
+	}
+}
