@@ -70,6 +70,14 @@ func (p *Process) start() error {
 	defer log.Close() // the child holds its own descriptor
 	fmt.Fprintf(log, "=== %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(cmd.Args, " "))
 	cmd.Stdout, cmd.Stderr = log, log
+	if cmd.Dir == "" {
+		// Never the caller's working directory (a repository checkout): the kubelet and its
+		// fake runtime resolve relative paths against it, and were seen removing files there.
+		cmd.Dir = strings.TrimSuffix(p.LogPath, ".log") + ".cwd"
+		if err := os.MkdirAll(cmd.Dir, 0o755); err != nil {
+			return err
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
