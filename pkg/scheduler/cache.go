@@ -350,36 +350,39 @@ func inFlightOf(key string, ca *annotations.ContainerAssignment, req annotations
 	return f
 }
 
-// Verdict is the answer for one node.
+// Verdict is the answer for one node: a score when the pod fits, else a reason.
 type Verdict struct {
-	Plan   *core.Plan
 	Score  float64
 	Reason *core.Reason
 	gen    uint64
 }
 
-// Evaluate decides the pod on each named node, in order. A node where the pod would wait for a
-// container in flight gets ReasonInFlight only when some other node fits without waiting.
+// Evaluate decides the pod on each named node, in order, appending to out. A node where the pod
+// would wait for a container in flight gets ReasonInFlight only when some other node fits without
+// waiting. Its cost grows with the names, not the cluster: each node is one map lookup and one
+// FitWith over the node's cards, with buffers reused across nodes.
 func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdict) []Verdict {
+	var s core.Scratch
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out = out[:0]
-	free := false
+	free, waiting := false, false
 	for _, name := range names {
 		v := Verdict{}
 		n, ok := c.nodes[name]
 		switch {
 		case !ok:
-			v.Reason = &core.Reason{Kind: core.ReasonUnknownNode}
+			v.Reason = unknownNode
 		case n.state == nil:
 			v.Reason, v.gen = n.reason, n.gen
 		default:
 			v.gen = n.gen
-			v.Plan, v.Reason = p.Fit(n.state, &c.mix)
-			if v.Plan != nil {
-				v.Score = p.Score(n.state, v.Plan, &c.mix)
-				if r := c.waits(n, p, v.Plan, uid); r != nil {
-					v.Reason = r // kept with its plan: dropped below when no node is free
+			var plan *core.Plan
+			plan, v.Reason = p.FitWith(n.state, &c.mix, &s)
+			if plan != nil {
+				v.Score = p.ScoreWith(n.state, plan, &c.mix, &s)
+				if r := c.waits(n, p, plan, uid); r != nil {
+					v.Reason, waiting = r, true // dropped below when no node is free
 				} else {
 					free = true
 				}
@@ -387,23 +390,30 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 		}
 		out = append(out, v)
 	}
-	for i := range out {
-		if out[i].Plan != nil && out[i].Reason != nil && !free {
-			out[i].Reason = nil
-		}
-		if out[i].Reason != nil {
-			out[i].Plan = nil
+	if waiting && !free {
+		for i := range out {
+			if out[i].Reason != nil && out[i].Reason.Kind == core.ReasonInFlight {
+				out[i].Reason = nil
+			}
 		}
 	}
 	return out
 }
 
-// Fresh reports whether a verdict made by Evaluate still describes the node.
-func (c *Cache) Fresh(name string, v *Verdict) bool {
+// unknownNode is the reason for a node the cache has never seen; it is never modified.
+var unknownNode = &core.Reason{Kind: core.ReasonUnknownNode}
+
+// Fresh clears ok[i] where verdicts[i] no longer describes node names[i] (its state changed).
+func (c *Cache) Fresh(names []string, verdicts []Verdict, ok []bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	n, ok := c.nodes[name]
-	return ok && n.gen == v.gen
+	for i, name := range names {
+		if !ok[i] {
+			continue
+		}
+		n, found := c.nodes[name]
+		ok[i] = found && n.gen == verdicts[i].gen
+	}
 }
 
 // Reserve decides the pod on the node with the cache's current state and, when it fits and need

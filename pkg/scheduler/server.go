@@ -62,7 +62,32 @@ type Server struct {
 // right after it for the same pod, does not decide every node again.
 type memo struct {
 	uid      types.UID
-	verdicts map[string]Verdict
+	names    []string
+	verdicts []Verdict
+}
+
+// lookup finds the verdicts of names in the memo; ok[i] is false where none is known. Prioritize
+// names are usually filter's passing names in the same order, so one forward walk finds them; at
+// the first name out of that order the rest are looked up in a map built once.
+func (m *memo) lookup(names []string, out []Verdict, ok []bool) {
+	j := 0
+	var index map[string]int
+	for i, n := range names {
+		if index == nil && j < len(m.names) && m.names[j] == n {
+			out[i], ok[i] = m.verdicts[j], true
+			j++
+			continue
+		}
+		if index == nil {
+			index = make(map[string]int, len(m.names))
+			for k, mn := range m.names {
+				index[mn] = k
+			}
+		}
+		if k, found := index[n]; found {
+			out[i], ok[i] = m.verdicts[k], true
+		}
+	}
 }
 
 // ServerOptions are what NewServer needs beyond the cache.
@@ -209,12 +234,12 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	verdicts := s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
 	fit := make([]string, 0, len(names))
-	keep := map[string]Verdict{}
+	keep := make([]Verdict, 0, len(names))
 	for i, v := range verdicts {
 		switch {
 		case v.Reason == nil:
 			fit = append(fit, names[i])
-			keep[names[i]] = v
+			keep = append(keep, v)
 		case v.Reason.Unresolvable():
 			res.FailedAndUnresolvableNodes[names[i]] = v.Reason.String()
 		default:
@@ -226,8 +251,8 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	s.metrics.requests.WithLabelValues("filter", "ok").Inc()
 	if args.Nodes != nil {
 		res.Nodes = &corev1.NodeList{}
-		for i := range args.Nodes.Items {
-			if _, ok := keep[args.Nodes.Items[i].Name]; ok {
+		for i, v := range verdicts {
+			if v.Reason == nil {
 				res.Nodes.Items = append(res.Nodes.Items, args.Nodes.Items[i])
 			}
 		}
@@ -235,7 +260,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		res.NodeNames = &fit
 	}
 	s.memoMu.Lock()
-	s.memo = memo{uid: args.Pod.UID, verdicts: keep}
+	s.memo = memo{uid: args.Pod.UID, names: fit, verdicts: keep}
 	s.memoMu.Unlock()
 	if log := s.log.V(4); log.Enabled() {
 		log.Info("filter", logging.KeyPod, args.Pod.Namespace+"/"+args.Pod.Name, "nodes", len(names), "fit", len(fit))
@@ -262,14 +287,18 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 	s.memoMu.Lock()
 	m := s.memo
 	s.memoMu.Unlock()
+	known := make([]Verdict, len(names))
+	ok := make([]bool, len(names))
+	if m.uid == args.Pod.UID {
+		m.lookup(names, known, ok)
+		s.cache.Fresh(names, known, ok)
+	}
 	var missing []string
 	var at []int
 	for i, n := range names {
-		if m.uid == args.Pod.UID {
-			if v, ok := m.verdicts[n]; ok && s.cache.Fresh(n, &v) {
-				out[i].Score = core.ExtenderScore(v.Score)
-				continue
-			}
+		if ok[i] {
+			out[i].Score = core.ExtenderScore(known[i].Score)
+			continue
 		}
 		missing = append(missing, n)
 		at = append(at, i)

@@ -138,30 +138,93 @@ func (p *Pod) Score(n *NodeState, plan *Plan, mix *TaskMix) float64 {
 	return p.nodeScore(&NodeInput{Node: n, Plan: plan, Mix: mix})
 }
 
+// ScoreWith is Score using the buffers of s (no allocation).
+func (p *Pod) ScoreWith(n *NodeState, plan *Plan, mix *TaskMix, s *Scratch) float64 {
+	s.node = NodeInput{Node: n, Plan: plan, Mix: mix}
+	return p.nodeScore(&s.node)
+}
+
+// Scratch holds the buffers of Fit calls so that deciding a pod on many nodes does not allocate.
+// The plan FitWith returns lives in the scratch and is valid until its next use. A Scratch is not
+// safe for concurrent use; the zero value is ready.
+type Scratch struct {
+	f    fit
+	node NodeInput
+	// The selector's verdict on the last model seen, when the selector has no UUID rule (then the
+	// verdict depends on the model alone, and a cluster has few models).
+	selPod    *Pod
+	selModel  string
+	selAccept bool
+}
+
+// accepts is p.Selector.CheckLower for card c, remembering the verdict per model.
+func (s *Scratch) accepts(p *Pod, c *Card) bool {
+	sel := &p.Selector
+	if len(sel.UseUUIDs)+len(sel.NoUseUUIDs) > 0 {
+		return sel.CheckLower(c.modelLower, c.UUID) == annotations.MatchOK
+	}
+	if len(sel.UseTypes)+len(sel.NoUseTypes) == 0 {
+		return true
+	}
+	if s.selPod != p || s.selModel != c.modelLower {
+		s.selPod, s.selModel = p, c.modelLower
+		s.selAccept = sel.CheckLower(c.modelLower, c.UUID) == annotations.MatchOK
+	}
+	return s.selAccept
+}
+
 // fit is the working state of one Fit call.
 type fit struct {
-	pod   *Pod
-	node  *NodeState
-	mix   *TaskMix
-	plan  *Plan
-	ok    []bool  // card is healthy and accepted by the selector
-	extra []Usage // what this pod holds so far, per card
-	cand  []int
-	score []float64
+	pod    *Pod
+	node   *NodeState
+	mix    *TaskMix
+	plan   *Plan
+	ok     []bool  // card is healthy and accepted by the selector
+	extra  []Usage // what this pod holds so far, per card
+	cand   []int
+	score  []float64
+	order  []int
+	picked []int
+	rscore []float64
+	pool   []int
+	groups []numaGroup
+	ids    []int // backing store of the containers' device indexes
+	in     CardInput
+	plan0  Plan
+}
+
+type numaGroup struct {
+	numa, n int
+	sum     float64
 }
 
 // Fit decides whether the pod fits node n and on which cards: every GPU container is placed, or
 // none (the Reason says why, for the first container that does not fit). App containers get the
 // cards of finished init containers where the kubelet would hand them on: the kubelet takes
 // devices of earlier non-sidecar init containers first and asks the plugin only for the rest.
-// mix may be nil.
+// mix may be nil. The plan is the caller's.
 func (p *Pod) Fit(n *NodeState, mix *TaskMix) (*Plan, *Reason) {
-	f := fit{pod: p, node: n, mix: mix, plan: &Plan{Containers: make([]ContainerPlan, 0, len(p.Request.Containers))},
-		ok: make([]bool, len(n.Cards)), extra: make([]Usage, len(n.Cards))}
+	return p.FitWith(n, mix, &Scratch{})
+}
+
+// FitWith is Fit with the buffers of s: the returned plan is valid until s is used again.
+func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
+	f := &s.f
+	f.pod, f.node, f.mix = p, n, mix
+	f.plan0.Containers, f.plan0.Devices = f.plan0.Containers[:0], f.plan0.Devices[:0]
+	f.plan = &f.plan0
+	f.ok = resize(f.ok, len(n.Cards))
+	f.extra = resize(f.extra, len(n.Cards))
+	total := 0
+	for i := range p.Request.Containers {
+		total += p.Request.Containers[i].Count
+	}
+	f.ids = resize(f.ids, total)[:0]
+	f.pool = f.pool[:0]
 	match, healthy, unhealthyUUID := 0, 0, ""
 	for i := range n.Cards {
 		c := &n.Cards[i]
-		if p.Selector.CheckLower(c.modelLower, c.UUID) != annotations.MatchOK {
+		if !s.accepts(p, c) {
 			continue
 		}
 		match++
@@ -172,13 +235,15 @@ func (p *Pod) Fit(n *NodeState, mix *TaskMix) (*Plan, *Reason) {
 		healthy++
 		f.ok[i] = true
 	}
-	var pool []int
 	for ci := range p.Request.Containers {
 		c := &p.Request.Containers[ci]
 		if healthy < c.Count {
 			return nil, f.reason(c, f.countReason(c, match, healthy, unhealthyUUID))
 		}
-		mine, r := f.reuse(c, pool)
+		// This container's device indexes: at most c.Count entries of the backing store.
+		at := len(f.ids)
+		mine := f.ids[at : at : at+c.Count]
+		mine, r := f.reuse(c, mine)
 		if r != nil {
 			return nil, f.reason(c, r)
 		}
@@ -187,14 +252,25 @@ func (p *Pod) Fit(n *NodeState, mix *TaskMix) (*Plan, *Reason) {
 		if r != nil {
 			return nil, f.reason(c, r)
 		}
+		f.ids = f.ids[:at+len(mine)]
 		f.plan.Containers = append(f.plan.Containers, ContainerPlan{Name: c.Name, Init: c.Init, Devices: mine})
 		if c.Init && !c.Sidecar {
-			pool = append(pool, mine[reused:]...)
+			f.pool = append(f.pool, mine[reused:]...)
 		} else {
-			pool = slices.DeleteFunc(pool, func(di int) bool { return slices.Contains(mine[:reused], di) })
+			f.pool = slices.DeleteFunc(f.pool, func(di int) bool { return slices.Contains(mine[:reused], di) })
 		}
 	}
 	return f.plan, nil
+}
+
+// resize returns a zeroed slice of length n, reusing b's array when it is large enough.
+func resize[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	b = b[:n]
+	clear(b)
+	return b
 }
 
 func (f *fit) reason(c *annotations.ContainerRequest, r *Reason) *Reason {
@@ -220,11 +296,12 @@ func (f *fit) countReason(c *annotations.ContainerRequest, match, healthy int, u
 	return r
 }
 
-// reuse gives container c the devices the kubelet hands on from init containers (pool): all of
-// them when they are no more than c needs, else the best of them by the card strategy.
-func (f *fit) reuse(c *annotations.ContainerRequest, pool []int) ([]int, *Reason) {
+// reuse appends to mine the devices the kubelet hands container c from init containers (f.pool):
+// all of them when they are no more than c needs, else the best of them by the card strategy.
+func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason) {
+	pool := f.pool
 	if len(pool) == 0 {
-		return nil, nil
+		return mine, nil
 	}
 	fits := make([]int, 0, len(pool))
 	for _, di := range pool {
@@ -232,14 +309,10 @@ func (f *fit) reuse(c *annotations.ContainerRequest, pool []int) ([]int, *Reason
 			fits = append(fits, di)
 		}
 	}
-	if len(pool) <= c.Count {
-		if len(fits) < len(pool) {
-			return nil, &Reason{Kind: ReasonReuse}
-		}
-	} else {
-		if len(fits) < c.Count {
-			return nil, &Reason{Kind: ReasonReuse}
-		}
+	if len(fits) < min(len(pool), c.Count) {
+		return nil, &Reason{Kind: ReasonReuse}
+	}
+	if len(fits) > c.Count {
 		scores := make([]float64, len(fits))
 		for i, di := range fits {
 			d := f.plan.Devices[di]
@@ -252,20 +325,17 @@ func (f *fit) reuse(c *annotations.ContainerRequest, pool []int) ([]int, *Reason
 			if newCores >= 100 && d.Cores < 100 {
 				after.Whole++
 			}
-			scores[i] = f.pod.card.Score(&CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix})
+			scores[i] = f.cardScore(card, before, after, c)
 		}
 		order := make([]int, len(fits))
 		for i := range order {
 			order[i] = i
 		}
-		slices.SortStableFunc(order, func(a, b int) int {
-			return compareScore(scores[a], scores[b], f.plan.Devices[fits[a]].Card, f.plan.Devices[fits[b]].Card)
-		})
-		picked := make([]int, c.Count)
-		for i := range picked {
-			picked[i] = fits[order[i]]
+		sortOrder(order, scores, func(o int) int { return f.plan.Devices[fits[o]].Card })
+		for i := 0; i < c.Count; i++ {
+			order[i] = fits[order[i]]
 		}
-		fits = picked
+		fits = order[:c.Count]
 	}
 	for _, di := range fits {
 		d := &f.plan.Devices[di]
@@ -277,8 +347,25 @@ func (f *fit) reuse(c *annotations.ContainerRequest, pool []int) ([]int, *Reason
 			e.Whole++
 		}
 		d.MemMiB, d.Cores = newMem, newCores
+		mine = append(mine, di)
 	}
-	return fits, nil
+	return mine, nil
+}
+
+// cardScore runs the card strategy on the scratch's CardInput (no allocation per card).
+func (f *fit) cardScore(card *Card, before, after Usage, c *annotations.ContainerRequest) float64 {
+	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix}
+	return f.pod.card.Score(&f.in)
+}
+
+// sortOrder sorts order (indexes into score) by higher score, then lower card index: an insertion
+// sort, as the lists are one node's cards.
+func sortOrder(order []int, score []float64, card func(int) int) {
+	for i := 1; i < len(order); i++ {
+		for j := i; j > 0 && compareScore(score[order[j]], score[order[j-1]], card(order[j]), card(order[j-1])) < 0; j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
 }
 
 // reused is what device d reserves once container c shares it: the larger of both reservations.
@@ -336,18 +423,18 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 		before := card.Usage.add(f.extra[i])
 		after := before.plus(c.MemoryOn(card.MemoryMiB), c.CoresOn())
 		f.cand = append(f.cand, i)
-		f.score = append(f.score, f.pod.card.Score(&CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix}))
+		f.score = append(f.score, f.cardScore(card, before, after, c))
 	}
 	if len(f.cand) < k {
 		return nil, &Reason{Kind: ReasonNoCapacity, Need: c.Count, Have: len(f.cand) + len(mine), Of: healthy,
 			Shared: !c.Exclusive(), MemMiB: c.MemoryMiB, MemPercent: c.MemoryPercent, Cores: c.Cores}
 	}
-	order := make([]int, len(f.cand))
-	for i := range order {
-		order[i] = i
+	f.order = f.order[:0]
+	for i := range f.cand {
+		f.order = append(f.order, i)
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return compareScore(f.score[a], f.score[b], f.cand[a], f.cand[b]) })
-	chosen, r := f.chooseNUMA(c, mine, order, k)
+	sortOrder(f.order, f.score, func(o int) int { return f.cand[o] })
+	chosen, r := f.chooseNUMA(c, mine, k)
 	if r != nil {
 		return nil, r
 	}
@@ -361,24 +448,26 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 	return mine, nil
 }
 
-// chooseNUMA picks k cards from the ranked candidates (order indexes f.cand). A container of more
-// than one card gets them on one NUMA node when some NUMA node has enough (required with
-// numa-bind, preferred otherwise); cards it already has (reused) fix that NUMA node.
-func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, order []int, k int) ([]int, *Reason) {
-	take := func(numa int, any bool) []int {
-		out := make([]int, 0, k)
-		for _, o := range order {
-			if i := f.cand[o]; any || f.node.Cards[i].NUMA == numa {
-				out = append(out, i)
-				if len(out) == k {
-					break
-				}
+// take returns the first k ranked candidates, on NUMA node numa unless any.
+func (f *fit) take(k, numa int, any bool) []int {
+	f.picked = f.picked[:0]
+	for _, o := range f.order {
+		if i := f.cand[o]; any || f.node.Cards[i].NUMA == numa {
+			f.picked = append(f.picked, i)
+			if len(f.picked) == k {
+				break
 			}
 		}
-		return out
 	}
+	return f.picked
+}
+
+// chooseNUMA picks k cards from the ranked candidates (f.order indexes f.cand). A container of more
+// than one card gets them on one NUMA node when some NUMA node has enough (required with
+// numa-bind, preferred otherwise); cards it already has (reused) fix that NUMA node.
+func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]int, *Reason) {
 	if c.Count <= 1 {
-		return take(0, true), nil
+		return f.take(k, 0, true), nil
 	}
 	fixed, mixed, fixedN := 0, false, 0
 	for j, di := range mine {
@@ -390,26 +479,28 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, order []in
 		}
 		fixedN++
 	}
-	type group struct {
-		numa, n int
-		sum     float64
-	}
-	var groups []group
-	for _, o := range order {
+	f.groups = f.groups[:0]
+	for _, o := range f.order {
 		numa := f.node.Cards[f.cand[o]].NUMA
-		gi := slices.IndexFunc(groups, func(g group) bool { return g.numa == numa })
-		if gi < 0 {
-			groups = append(groups, group{numa: numa})
-			gi = len(groups) - 1
+		gi := -1
+		for j := range f.groups {
+			if f.groups[j].numa == numa {
+				gi = j
+				break
+			}
 		}
-		g := &groups[gi]
+		if gi < 0 {
+			f.groups = append(f.groups, numaGroup{numa: numa})
+			gi = len(f.groups) - 1
+		}
+		g := &f.groups[gi]
 		if g.n < k {
 			g.sum += f.score[o]
 		}
 		g.n++
 	}
 	best, bestHave := -1, 0
-	for gi, g := range groups {
+	for gi, g := range f.groups {
 		have := g.n
 		if fixedN > 0 && !mixed && g.numa == fixed {
 			have += fixedN
@@ -418,12 +509,12 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, order []in
 		if g.n < k || mixed || (fixedN > 0 && g.numa != fixed) {
 			continue
 		}
-		if best < 0 || f.betterGroup(g.sum, g.n, g.numa, groups[best].sum, groups[best].n, groups[best].numa) {
+		if b := f.groups[max(best, 0)]; best < 0 || f.betterGroup(g.sum, g.n, g.numa, b.sum, b.n, b.numa) {
 			best = gi
 		}
 	}
 	if best >= 0 {
-		return take(groups[best].numa, false), nil
+		return f.take(k, f.groups[best].numa, false), nil
 	}
 	if f.pod.Selector.NUMABind {
 		if fixedN > 0 && !mixed {
@@ -431,7 +522,7 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, order []in
 		}
 		return nil, &Reason{Kind: ReasonNUMA, Need: c.Count, Have: bestHave}
 	}
-	return take(0, true), nil
+	return f.take(k, 0, true), nil
 }
 
 func (f *fit) betterGroup(sum float64, n, numa int, bSum float64, bN, bNUMA int) bool {
