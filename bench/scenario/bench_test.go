@@ -1,0 +1,101 @@
+package scenario
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+)
+
+// Flags of the benchmarks; make bench sets them (BENCH_SIZE, BENCH_S6_WINDOW).
+var (
+	sizeFlag     = flag.String("size", string(SizeSmall), "scenario sizes: tiny, small or full")
+	s6WindowFlag = flag.Duration("s6-window", 0, "S6's steady-state window; 0 keeps the size's")
+)
+
+func params(b *testing.B) Params {
+	b.Helper()
+	p, err := ParamsFor(Size(*sizeFlag))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if *s6WindowFlag > 0 {
+		p.S6.Window = *s6WindowFlag
+	}
+	return p
+}
+
+// BenchmarkS1 reports, per case, the p50 and p99 of a filter+prioritize pair through the extender's
+// HTTP handler on loopback and the allocations per pair. Run with -benchtime 1x: each run makes
+// the size's number of calls per case.
+func BenchmarkS1(b *testing.B) {
+	p := params(b)
+	for _, c := range p.S1 {
+		b.Run(fmt.Sprintf("nodes=%d/names=%d", c.ClusterNodes, c.Names), func(b *testing.B) {
+			var r S1Result
+			for range b.N {
+				var err error
+				if r, err = S1(c, p.S1Calls); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(ms(r.P50), "p50-ms")
+			b.ReportMetric(ms(r.P99), "p99-ms")
+			b.ReportMetric(ms(r.FilterP99), "filter-p99-ms")
+			b.ReportMetric(r.AllocsPerCall, "allocs/call")
+		})
+	}
+}
+
+// BenchmarkS2 reports pods/s of plain kube-scheduler and of Cardinal in one run, their ratio and
+// kube-scheduler's scheduling-attempt p99 for both. Run with -benchtime 1x.
+func BenchmarkS2(b *testing.B) {
+	p := params(b)
+	var r S2Result
+	for range b.N {
+		r = S2(b, p.S2)
+	}
+	for _, ph := range []S2Phase{r.Plain, r.Cardinal} {
+		b.ReportMetric(ph.PodsPerSecond, ph.Scheduler+"-pods/s")
+		b.ReportMetric(ms(ph.AttemptP50), ph.Scheduler+"-attempt-p50-ms")
+		b.ReportMetric(ms(ph.AttemptP99), ph.Scheduler+"-attempt-p99-ms")
+		b.ReportMetric(ph.AllBound.Seconds(), ph.Scheduler+"-all-bound-s")
+		b.ReportMetric(ph.Attempts["error"], ph.Scheduler+"-attempt-errors")
+	}
+	b.ReportMetric(r.Ratio, "ratio")
+	b.ReportMetric(float64(p.S2.Nodes), "nodes")
+	b.ReportMetric(float64(p.S2.Pods), "pods")
+}
+
+// BenchmarkS3 reports the time from the first create to the last fitting pod bound, and the bind
+// errors. Run with -benchtime 1x.
+func BenchmarkS3(b *testing.B) {
+	p := params(b)
+	var r S3Result
+	for range b.N {
+		r = S3(b, p.S3)
+	}
+	b.ReportMetric(r.AllBound.Seconds(), "all-bound-s")
+	b.ReportMetric(float64(r.BindErrors), "bind-errors")
+	b.ReportMetric(float64(r.Bound), "bound")
+	b.ReportMetric(float64(r.Pods), "pods")
+	b.ReportMetric(float64(r.Unschedulable), "unschedulable-events")
+	b.ReportMetric(float64(r.DoubleBooked), "double-booked")
+}
+
+// BenchmarkS6 reports Node writes by Cardinal per minute in steady state, scaled to every node.
+// Run with -benchtime 1x.
+func BenchmarkS6(b *testing.B) {
+	p := params(b)
+	var r S6Result
+	for range b.N {
+		r = S6(b, p.S6)
+	}
+	b.ReportMetric(r.NodeWritesPerMinute, "node-writes/min")
+	b.ReportMetric(float64(r.NodeWrites), "node-writes")
+	b.ReportMetric(float64(r.PodWrites), "pod-writes")
+	b.ReportMetric(r.APIServerNodeWrites, "apiserver-node-writes")
+	b.ReportMetric(float64(r.StartupNodeWrites), "startup-node-writes")
+	b.ReportMetric(r.Window.Seconds(), "window-s")
+	b.ReportMetric(float64(r.Nodes), "nodes")
+	b.ReportMetric(float64(r.Plugins), "plugins")
+}

@@ -1,0 +1,150 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cardinal-gpu/cardinal/test/cluster"
+)
+
+// S2Config sizes S2: Nodes API-only nodes of GPUsPerNode cards, Pods one-GPU pods.
+type S2Config struct {
+	Nodes       int
+	GPUsPerNode int
+	Pods        int
+	// CreateWorkers is how many clients create the pods at once.
+	CreateWorkers int
+	// Idle is how long a phase waits without a new binding before it gives up.
+	Idle time.Duration
+}
+
+// S2Phase is one scheduler's run of S2.
+type S2Phase struct {
+	// Scheduler is "plain" (default profile, nvidia.com/gpu as an extended resource) or "cardinal"
+	// (the chart's profile and extender, pods mutated by the webhook).
+	Scheduler string
+	Pods      int
+	Bound     int
+	// Create is how long creating the backlog took (before the scheduler started).
+	Create time.Duration
+	// PodsPerSecond is Bound-1 bindings over the time from the first to the last binding.
+	PodsPerSecond float64
+	// AllBound is the time from starting kube-scheduler to the last binding (start-up included).
+	AllBound time.Duration
+	// AttemptP50 and AttemptP99 are kube-scheduler's scheduler_scheduling_attempt_duration_seconds
+	// for result "scheduled" (interpolated in its buckets, as histogram_quantile does).
+	AttemptP50, AttemptP99 time.Duration
+	// Attempts counts scheduling attempts by result (scheduled, unschedulable, error).
+	Attempts map[string]float64
+}
+
+// S2Result is both phases of one run and their ratio.
+type S2Result struct {
+	Plain, Cardinal S2Phase
+	// Ratio is Cardinal's pods/s over plain kube-scheduler's.
+	Ratio float64
+}
+
+// S2 runs S2 of BENCHMARKS.md: on one test bed of cfg.Nodes API-only nodes, first plain
+// kube-scheduler, then Cardinal (webhook, extender, the chart's scheduler profile), each scheduling
+// a backlog of cfg.Pods one-GPU pods created before its kube-scheduler starts, so pods/s measures
+// the scheduler and not the creation rate. The pods of the first phase are deleted before the
+// second. Both kube-schedulers get the same client QPS (schedulerClientQPS).
+func S2(t cluster.TB, cfg S2Config) S2Result {
+	t.Helper()
+	b := startBed(t)
+	if err := b.addNodes(cfg.Nodes, cfg.GPUsPerNode, nil); err != nil {
+		t.Fatalf("nodes: %v", err)
+	}
+	w, err := watchBindings(b.fast)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer w.stop()
+
+	var res S2Result
+	res.Plain = s2Phase(t, b, w, cfg, "plain", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-plain", nil) })
+	b.deletePods(t)
+	w.reset()
+
+	b.startWebhook(t)
+	url := b.startExtender(t, nil)
+	config := chartSchedulerConfig(t, url)
+	res.Cardinal = s2Phase(t, b, w, cfg, "cardinal", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-cardinal", config) })
+	if res.Plain.PodsPerSecond > 0 {
+		res.Ratio = res.Cardinal.PodsPerSecond / res.Plain.PodsPerSecond
+	}
+	return res
+}
+
+func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start func() *kubeScheduler) S2Phase {
+	t.Helper()
+	ph := S2Phase{Scheduler: name, Pods: cfg.Pods}
+	var err error
+	ph.Create, err = b.createPods(cfg.Pods, cfg.CreateWorkers, func(i int) *corev1.Pod { return gpuPod(name+"-"+itoa(i), "", 1) })
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if name == "cardinal" {
+		// The webhook, not the pod author, chose Cardinal's scheduler.
+		p, err := b.fast.CoreV1().Pods(Namespace).Get(context.Background(), name+"-0", metav1.GetOptions{})
+		if err != nil || p.Spec.SchedulerName != CardinalScheduler {
+			t.Fatalf("pod %s-0 was not sent to %s by the webhook (%v)", name, CardinalScheduler, err)
+		}
+	}
+	started := time.Now()
+	ks := start()
+	ph.Bound = w.waitBound(cfg.Pods, cfg.Idle)
+	times := w.boundTimes()
+	if len(times) > 0 {
+		ph.AllBound = times[len(times)-1].Sub(started)
+	}
+	if len(times) > 1 {
+		ph.PodsPerSecond = float64(len(times)-1) / times[len(times)-1].Sub(times[0]).Seconds()
+	}
+	// kube-scheduler records some metrics asynchronously: wait until they count every binding.
+	var ms Metrics
+	cluster.WaitFor(t, readyTimeout, name+"'s metrics to count every binding", func() (bool, error) {
+		text, err := ks.metrics()
+		if err != nil {
+			return false, nil
+		}
+		if ms, err = ParseMetrics(text); err != nil {
+			return false, err
+		}
+		return ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": "scheduled"}) >= float64(ph.Bound), nil
+	})
+	h := ms.Histogram("scheduler_scheduling_attempt_duration_seconds", map[string]string{"result": "scheduled"})
+	ph.AttemptP50 = seconds(Quantile(0.50, h))
+	ph.AttemptP99 = seconds(Quantile(0.99, h))
+	ph.Attempts = map[string]float64{}
+	for _, r := range []string{"scheduled", "unschedulable", "error"} {
+		ph.Attempts[r] = ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": r})
+	}
+	ks.Stop()
+	if ph.Bound < cfg.Pods {
+		t.Fatalf("%s: %d of %d pods bound; nothing new bound for %s (attempts %v); scheduler log tail:\n%s",
+			name, ph.Bound, cfg.Pods, cfg.Idle, ph.Attempts, ks.Tail(30))
+	}
+	t.Logf("S2 %s: %d pods bound at %.1f pods/s (created in %s), all bound %s after start, attempt p50 %s p99 %s, attempts %v",
+		name, ph.Bound, ph.PodsPerSecond, ph.Create.Round(time.Millisecond), ph.AllBound.Round(time.Millisecond), ph.AttemptP50, ph.AttemptP99, ph.Attempts)
+	return ph
+}
+
+// seconds turns a float of seconds into a duration; NaN is 0.
+func seconds(s float64) time.Duration {
+	if math.IsNaN(s) || math.IsInf(s, 0) {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// String is a one-line summary.
+func (r S2Result) String() string {
+	return fmt.Sprintf("plain %.1f pods/s, cardinal %.1f pods/s, ratio %.2f", r.Plain.PodsPerSecond, r.Cardinal.PodsPerSecond, r.Ratio)
+}
