@@ -147,8 +147,8 @@ func TestSchedulerConfigurationFollowsValues(t *testing.T) {
 		t.Errorf("KubeSchedulerConfiguration (-want +got):\n%s", diff)
 	}
 	d := get[*appsv1.Deployment](t, r, schedulerName)
-	if *d.Spec.Replicas != 3 {
-		t.Errorf("scheduler replicas = %d, want 3", *d.Spec.Replicas)
+	if *d.Spec.Replicas != 3 || d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+		t.Errorf("scheduler replicas = %d, strategy %q; want 3, RollingUpdate (leader election is on)", *d.Spec.Replicas, d.Spec.Strategy.Type)
 	}
 	ext := flagsOf(t, container(t, d.Spec.Template.Spec, "extender").Args)
 	wantExt := map[string]string{"scheduler-name": "gpu-scheduler", "node-policy": "spread", "gpu-policy": "frag-aware",
@@ -186,6 +186,9 @@ func TestSchedulerDeployment(t *testing.T) {
 	}
 	if len(ext.Ports) != 0 {
 		t.Errorf("extender exposes ports %v; it must stay on loopback", ext.Ports)
+	}
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("strategy %q with one replica (no leader election), want Recreate: two schedulers must not run side by side", d.Spec.Strategy.Type)
 	}
 	if d.Spec.Template.Annotations["checksum/config"] == "" {
 		t.Error("no checksum/config annotation: a new scheduler configuration would not restart kube-scheduler")
