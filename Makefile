@@ -65,6 +65,8 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s).
 IMAGE_REPOSITORY ?= ghcr.io/cardinal-gpu
 IMAGE_TAG        ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGES_DIR       := $(BIN)/images
+# The test-bed helm is built without Kubernetes version stamps (it would assume v1.20).
+CHART_KUBE_VERSION ?= v1.34.4
 
 .PHONY: images
 images: ## Build the three images as OCI tarballs in bin/images/ without a container engine (IMAGE_REPOSITORY, IMAGE_TAG).
@@ -76,8 +78,8 @@ images: ## Build the three images as OCI tarballs in bin/images/ without a conta
 	  --glibc device-plugin=$(IMAGES_DIR)/device-plugin
 
 .PHONY: chart-lint
-chart-lint: testbed-bins ## Run helm lint --strict on charts/cardinal.
-	$(CARDINAL_TESTBED_BIN)/helm lint --strict charts/cardinal
+chart-lint: testbed-bins ## Run helm lint --strict on charts/cardinal (rendered for CHART_KUBE_VERSION).
+	$(CARDINAL_TESTBED_BIN)/helm lint --strict charts/cardinal --kube-version $(CHART_KUBE_VERSION)
 
 .PHONY: chart-test
 chart-test: testbed-bins ## Run the chart and image tests (render, install/upgrade/uninstall on a real apiserver).
