@@ -328,10 +328,12 @@ func testBurstIdentical(t *testing.T, e *env) {
 	e.noDoubleBooking(t, nodeB)
 }
 
-// mixedBurst is a burst of different requests and UUID selectors that only node-b can take.
+// mixedBurst is a burst of different requests and UUID selectors that only node-b can take. Pods
+// without a UUID selector keep off card 3, which three pods ask for by UUID: otherwise the whole-card
+// pod, or 8 other pods filling its 8 slots, could take it first and leave them Pending, rightly.
 func mixedBurst(e *env, prefix string) []*corev1.Pod {
 	b := e.NodeCards(nodeB)
-	h100 := map[string]string{annotations.UseGPUType: "H100"}
+	h100 := map[string]string{annotations.UseGPUType: "H100", annotations.NoUseGPUUUID: b[3].UUID}
 	var pods []*corev1.Pod
 	add := func(kind string, n int, ann map[string]string, g gpu) {
 		for i := range n {
