@@ -61,6 +61,16 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s).
 	    echo "fuzz $$pkg $$f"; $(GO) test -run XXX -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
+##@ Benchmarks
+BENCH_SIZE      ?= small
+BENCH_S6_WINDOW ?=
+BENCH_ONLY      ?=
+
+.PHONY: bench
+bench: testbed-bins ## Run the speed benchmarks S1-S6 and write bench/results/latest.md (BENCH_SIZE=tiny|small|full, BENCH_ONLY=S2,S3, BENCH_S6_WINDOW=5m).
+	$(GO) run ./bench --size $(BENCH_SIZE) --out bench/results/latest.md --raw bench/results/latest-raw.txt \
+	  $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) $(if $(BENCH_S6_WINDOW),--s6-window $(BENCH_S6_WINDOW))
+
 ##@ Images and chart
 IMAGE_REPOSITORY ?= ghcr.io/cardinal-gpu
 IMAGE_TAG        ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

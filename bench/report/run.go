@@ -1,0 +1,213 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenarios are the scenario ids, in the table's order.
+var Scenarios = []string{"S1", "S2", "S3", "S4", "S5", "S6"}
+
+// Config configures Run.
+type Config struct {
+	// Size is the scenario size passed to bench/scenario: tiny, small or full.
+	Size string
+	// Only lists the scenarios to run (Scenarios when empty).
+	Only []string
+	// S6Window overrides S6's steady-state window (0 keeps the size's).
+	S6Window time.Duration
+	// Out is the Markdown file written; Raw, when set, receives every benchmark's raw output.
+	Out string
+	Raw string
+	// ProfileDir, when set, gets a CPU profile (and the test binary, for pprof) of each step.
+	ProfileDir string
+	// Root is the repository root; Go the go command.
+	Root string
+	Go   string
+	// Log receives the benchmarks' output as they run.
+	Log io.Writer
+	// Now is the clock (the table's date).
+	Now func() time.Time
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	switch c.Size {
+	case "tiny", "small", "full":
+	default:
+		errs = append(errs, fmt.Errorf("size %q is not tiny, small or full", c.Size))
+	}
+	for _, s := range c.Only {
+		if !slices.Contains(Scenarios, s) {
+			errs = append(errs, fmt.Errorf("unknown scenario %q (want some of %s)", s, strings.Join(Scenarios, ", ")))
+		}
+	}
+	if c.Out == "" {
+		errs = append(errs, errors.New("output file is empty"))
+	}
+	if c.Root == "" || c.Go == "" {
+		errs = append(errs, errors.New("repository root and go command must be set"))
+	}
+	if c.S6Window < 0 {
+		errs = append(errs, fmt.Errorf("S6 window %s is negative", c.S6Window))
+	}
+	if c.Log == nil || c.Now == nil {
+		errs = append(errs, errors.New("log and clock must be set"))
+	}
+	return errors.Join(errs...)
+}
+
+// step is one go test -bench invocation.
+type step struct {
+	scenario     string
+	pkg          string
+	bench        string // -bench pattern
+	benchtime    string
+	timeout      time.Duration
+	scenarioArgs bool // passes -size and -s6-window to the test binary
+}
+
+// steps are the invocations, by scenario. S1, S2, S3, S6 are bench/scenario's; S4 and S5 the
+// benchmarks their packages own.
+func steps() []step {
+	return []step{
+		{scenario: "S1", pkg: "./bench/scenario", bench: "^BenchmarkS1$", benchtime: "1x", timeout: 30 * time.Minute, scenarioArgs: true},
+		{scenario: "S2", pkg: "./bench/scenario", bench: "^BenchmarkS2$", benchtime: "1x", timeout: 60 * time.Minute, scenarioArgs: true},
+		{scenario: "S3", pkg: "./bench/scenario", bench: "^BenchmarkS3$", benchtime: "1x", timeout: 30 * time.Minute, scenarioArgs: true},
+		{scenario: "S4", pkg: "./pkg/webhook", bench: "^BenchmarkAdmission$", benchtime: "2000x", timeout: 10 * time.Minute},
+		{scenario: "S4", pkg: "./test/integration/webhook", bench: "^BenchmarkAdmissionThroughAPIServer$", benchtime: "1x", timeout: 20 * time.Minute},
+		{scenario: "S5", pkg: "./pkg/deviceplugin", bench: "^BenchmarkAllocate$", benchtime: "5000x", timeout: 10 * time.Minute},
+		{scenario: "S6", pkg: "./bench/scenario", bench: "^BenchmarkS6$", benchtime: "1x", timeout: 60 * time.Minute, scenarioArgs: true},
+	}
+}
+
+// args is the go test command line of s.
+func (s step) args(cfg Config, n int) []string {
+	a := []string{"test", "-run", "^$", "-bench", s.bench, "-benchtime", s.benchtime, "-benchmem", "-count", "1", "-timeout", s.timeout.String()}
+	if cfg.ProfileDir != "" {
+		base := filepath.Join(cfg.ProfileDir, fmt.Sprintf("%d-%s", n, s.scenario))
+		a = append(a, "-cpuprofile", base+".pprof", "-o", base+".test")
+	}
+	a = append(a, s.pkg)
+	if s.scenarioArgs {
+		a = append(a, "-args", "-size="+cfg.Size)
+		if cfg.S6Window > 0 {
+			a = append(a, "-s6-window="+cfg.S6Window.String())
+		}
+	}
+	return a
+}
+
+// Run runs the selected benchmarks one after the other (a failing one is noted, the others still
+// run), then writes the table to cfg.Out. It returns an error when a benchmark failed, after the
+// table is written.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid config: %w", err)
+	}
+	only := cfg.Only
+	if len(only) == 0 {
+		only = Scenarios
+	}
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return err
+		}
+	}
+	meta := Meta{Machine: ThisMachine(), Date: cfg.Now(), Commit: commit(ctx, cfg.Root), Size: cfg.Size}
+	var raw bytes.Buffer
+	var results []Result
+	var failed []error
+	for n, s := range steps() {
+		if !slices.Contains(only, s.scenario) {
+			continue
+		}
+		args := s.args(cfg, n)
+		fmt.Fprintf(cfg.Log, "=== %s: go %s\n", s.scenario, strings.Join(args, " "))
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, cfg.Go, args...)
+		cmd.Dir = cfg.Root
+		cmd.Stdout = io.MultiWriter(&out, cfg.Log)
+		cmd.Stderr = io.MultiWriter(&out, cfg.Log)
+		started := time.Now()
+		err := cmd.Run()
+		fmt.Fprintf(&raw, "=== %s: go %s (%s)\n%s\n", s.scenario, strings.Join(args, " "), time.Since(started).Round(time.Second), out.String())
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s (%s %s): %w", s.scenario, s.pkg, s.bench, err))
+			meta.Notes = append(meta.Notes, fmt.Sprintf("%s: `go %s` failed (%v); see the raw output.", s.scenario, strings.Join(args, " "), err))
+		}
+		got, perr := Parse(&out)
+		if perr != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", s.scenario, perr))
+		}
+		results = append(results, got...)
+	}
+	meta.Notes = append(meta.Notes, methodNotes...)
+	rows := Rows(results)
+	kept := rows[:0]
+	for _, r := range rows {
+		if slices.Contains(only, r.Scenario) {
+			kept = append(kept, r)
+		}
+	}
+	if err := writeFile(cfg.Out, func(w io.Writer) error { return Render(w, meta, kept) }); err != nil {
+		return err
+	}
+	if cfg.Raw != "" {
+		if err := writeFile(cfg.Raw, func(w io.Writer) error { _, err := w.Write(raw.Bytes()); return err }); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(cfg.Log, "wrote %s\n", cfg.Out)
+	return errors.Join(failed...)
+}
+
+// methodNotes say how the figures were measured.
+var methodNotes = []string{
+	"S1: bench/scenario BenchmarkS1 — the extender's real gin handler (scheduler.NewServer) on a loopback httptest server, fed a cache of N nodes × 8 A100s with a running pod holding 4 cards on every node; one filter then one prioritize for the same one-GPU pod, names spread over the cluster, timed at the client; allocations are the whole process's (client and server) per pair.",
+	"S2: one test bed (etcd, kube-apiserver, kube-scheduler v1.34.4); API-only nodes carry the inventory the device plugin publishes and nvidia.com/gpu capacity. Plain phase first: default profile, no extender, nvidia.com/gpu counted as an extended resource; then all pods deleted and the Cardinal phase: webhook registered as the chart does (pods get schedulerName cardinal-scheduler from it), the extender in-process (scheduler.Run, its binary's client defaults, acting as its ServiceAccount), the chart's rendered KubeSchedulerConfiguration (percentageOfNodesToScore 100). Each phase's pods are created first; kube-scheduler starts after, so pods/s is (bound−1) over first→last binding as seen by a watch, not the create rate. Both kube-schedulers get clientConnection qps/burst 5000 so the default 50 QPS does not cap plain binding. Attempt p50/p99: kube-scheduler's scheduler_scheduling_attempt_duration_seconds{result=scheduled}, interpolated inside its buckets.",
+	"S3: Cardinal only, as in S2. With BENCHMARKS.md's sizes 64 pods × 2 GPUs ask for 128 cards of 64: the 32 that fit must bind, the other 32 must stay pending. Bind errors: the extender's GPUBindFailed events plus FailedScheduling events that mention binding; double-booked: cards named by the assignments of two bound pods.",
+	"S4: pkg/webhook BenchmarkAdmission (handler over HTTP in process) and test/integration/webhook BenchmarkAdmissionThroughAPIServer (100 creates/s for 10 s through a real apiserver; the apiserver's histogram's smallest bucket is 5 ms, so its p99 is a bucket bound).",
+	"S5: pkg/deviceplugin BenchmarkAllocate (64 cards × 4 shares, 60 pods in flight); Allocate makes no API call (the record is written asynchronously).",
+	"S6: the S2 set-up plus the device plugin's own Run (simulated NVML, no kubelet) in process on a sample of the nodes; the sampled nodes start without an inventory, so each plugin's first publish is a start-up write. Writes (POST/PUT/PATCH/DELETE) of every Cardinal client are counted by a round-tripper over the window after the start-up settled, and cross-checked with the apiserver's apiserver_request_total for nodes; the per-minute figure scales the sample to all nodes.",
+}
+
+// commit is `git describe --always --dirty` of root.
+func commit(ctx context.Context, root string) string {
+	cmd := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty", "--abbrev=12")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// writeFile writes a file through a temporary file in the same folder, then renames it.
+func writeFile(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
