@@ -20,7 +20,7 @@ func TestBinariesAcceptChartArguments(t *testing.T) {
 		t.Fatalf("build the binaries: %v\n%s", err, out)
 	}
 	r := render(t, map[string]any{
-		"devicePlugin": map[string]any{"simulate": map[string]any{"enabled": true}},
+		"devicePlugin": simulated,
 		"scheduler":    map[string]any{"extender": map[string]any{"nodePolicy": "spread", "gpuPolicy": "spread"}},
 	})
 	runs := map[string]corev1.Container{

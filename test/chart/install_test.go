@@ -68,7 +68,7 @@ func (in *installed) manifest(t *testing.T) *rendered {
 }
 
 func TestInstallUpgradeUninstall(t *testing.T) {
-	in := installChart(t, map[string]any{"devicePlugin": map[string]any{"simulate": map[string]any{"enabled": true}}})
+	in := installChart(t, map[string]any{"devicePlugin": simulated})
 	ctx := context.Background()
 	first := in.manifest(t)
 	if len(first.objects) < 20 {

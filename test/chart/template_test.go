@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
 	"github.com/cardinal-gpu/cardinal/pkg/webhook"
 )
 
@@ -198,9 +199,13 @@ func TestSchedulerDeployment(t *testing.T) {
 	}
 }
 
+// simulated are device-plugin values for simulate mode with one node of two cards.
+var simulated = map[string]any{"simulate": map[string]any{"enabled": true, "config": map[string]any{
+	"nodes": map[string]any{"node-a": []any{map[string]any{"model": "Tesla T4", "memoryMiB": 15360, "numa": 0, "count": 2}}}}}}
+
 // TestBinariesGetOnlyAgreedFlags catches a misspelt or unknown flag before a binary refuses to start.
 func TestBinariesGetOnlyAgreedFlags(t *testing.T) {
-	r := render(t, map[string]any{"devicePlugin": map[string]any{"simulate": map[string]any{"enabled": true}}})
+	r := render(t, map[string]any{"devicePlugin": simulated})
 	pods := map[string]corev1.PodSpec{
 		"extender":      get[*appsv1.Deployment](t, r, schedulerName).Spec.Template.Spec,
 		"webhook":       get[*appsv1.Deployment](t, r, webhookName).Spec.Template.Spec,
@@ -465,15 +470,15 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 		if !mounted {
 			t.Errorf("the simulated-NVML directory is not mounted (without subPath): %+v", c.VolumeMounts)
 		}
+		// The device plugin's own parser reads the file the chart writes.
 		cm := get[*corev1.ConfigMap](t, r, devicePluginName+"-simulated-nvml")
-		var file struct {
-			Nodes map[string][]map[string]any `json:"nodes"`
+		file, err := sim.Parse([]byte(cm.Data["nvml.yaml"]))
+		if err != nil {
+			t.Fatalf("nvml.yaml: %v\n%s", err, cm.Data["nvml.yaml"])
 		}
-		if err := yaml.UnmarshalStrict([]byte(cm.Data["nvml.yaml"]), &file); err != nil {
-			t.Fatalf("nvml.yaml: %v", err)
-		}
-		if got := file.Nodes["node-a"]; len(got) != 1 || got[0]["count"] != float64(4) {
-			t.Errorf("nvml.yaml node-a = %v, want the 4 A100s of the values", got)
+		cards, err := file.Cards("node-a")
+		if err != nil || len(cards) != 4 || cards[3].Model != "NVIDIA A100-SXM4-80GB" || cards[3].NUMA != 0 {
+			t.Errorf("node-a cards = %+v (%v), want the 4 A100s on NUMA 0 of the values", cards, err)
 		}
 	})
 }
@@ -634,6 +639,7 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 		{"unqualified resource", map[string]any{"resourceNames": map[string]any{"gpu": "gpu"}}, `"gpu" is not a qualified name`},
 		{"same resource twice", map[string]any{"resourceNames": map[string]any{"gpucores": "nvidia.com/gpu"}}, "every name must be different"},
 		{"zero shares", map[string]any{"devicePlugin": map[string]any{"shares": 0}}, "devicePlugin.shares must be at least 1"},
+		{"simulate without cards", map[string]any{"devicePlugin": map[string]any{"simulate": map[string]any{"enabled": true}}}, "simulate.config.nodes is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := renderErr(t, tc.values); !strings.Contains(got, tc.want) {
@@ -650,7 +656,7 @@ func TestHelmLint(t *testing.T) {
 	}{
 		{"defaults", nil},
 		{"simulate and monitors", map[string]any{
-			"devicePlugin": map[string]any{"simulate": map[string]any{"enabled": true}, "serviceMonitor": map[string]any{"enabled": true}},
+			"devicePlugin": map[string]any{"simulate": simulated["simulate"], "serviceMonitor": map[string]any{"enabled": true}},
 			"webhook":      map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "tls": map[string]any{"mode": "certManager"}},
 			"scheduler":    map[string]any{"replicas": 2},
 		}},
