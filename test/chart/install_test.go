@@ -299,11 +299,8 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 			t.Fatalf("%v", err)
 		}
 	}
-	token := func(bound *corev1.Pod) kubernetes.Interface {
-		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-		if bound != nil {
-			tr.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: bound.Name, UID: bound.UID}
-		}
+	token := func(bound *authenticationv1.BoundObjectReference) kubernetes.Interface {
+		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600), BoundObjectRef: bound}}
 		got, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "cardinal-device-plugin", tr, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("token request: %v", err)
@@ -316,7 +313,15 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 		}
 		return cs
 	}
-	onNodeA, unbound := token(plugin), token(nil)
+	nodeB, err := admin.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	// The kubelet projects a pod-bound token into the plugin's pod; a plugin run outside a pod (the
+	// e2e suite) uses a token bound to the Node. Both carry the node-name claim.
+	onNodeA := token(&authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: plugin.Name, UID: plugin.UID})
+	onNodeB := token(&authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeB.Name, UID: nodeB.UID})
+	unbound := token(nil)
 
 	annotate := func(key string) []byte {
 		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: "x"}}})
@@ -348,6 +353,8 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 		{"pod on own node, allocation", func() error { return patchPod(onNodeA, "workload-node-a", annotate(annotations.GPUAllocated)) }, true},
 		{"pod on other node, allocation", func() error { return patchPod(onNodeA, "workload-node-b", annotate(annotations.GPUAllocated)) }, false},
 		{"pod on own node, assignment", func() error { return patchPod(onNodeA, "workload-node-a", annotate(annotations.GPUAssignment)) }, false},
+		{"node-bound token, own node", func() error { return patchNode(onNodeB, "node-b", annotate(annotations.GPUInventory)) }, true},
+		{"node-bound token, other node", func() error { return patchNode(onNodeB, "node-a", annotate(annotations.GPUInventory)) }, false},
 		{"token without node claim", func() error { return patchNode(unbound, "node-a", annotate(annotations.GPUInventory)) }, false},
 		{"admin, other node (policy is scoped to the plugin)", func() error { return patchNode(admin, "node-b", annotate(annotations.GPUInventory)) }, true},
 	} {
