@@ -98,7 +98,7 @@ func TestRowsVerdicts(t *testing.T) {
 	}
 	want := []verdict{
 		{"S1", Meets}, {"S1", Misses},
-		{"S2", Meets}, {"S2", Info},
+		{"S2", Meets}, {"S2", Info}, {"S2", Info}, {"S2", Info},
 		{"S3", Misses},
 		{"S4", NoRun},
 		{"S5", Meets},

@@ -147,7 +147,23 @@ func s2Rows(ix index) []Row {
 		{Scenario: "S2", What: "scheduling-attempt p50 / p99 (kube-scheduler's histogram, result=scheduled)",
 			Measured: fmt.Sprintf("Cardinal %.1f / %.1f ms, plain %.1f / %.1f ms", m["cardinal-attempt-p50-ms"], m["cardinal-attempt-p99-ms"], m["plain-attempt-p50-ms"], m["plain-attempt-p99-ms"]),
 			Target:   "(reported)", Verdict: Info, Ratio: ratio(m["cardinal-attempt-p99-ms"], m["plain-attempt-p99-ms"], "p99 × plain's")},
+		{Scenario: "S2", What: "scheduling-algorithm p99 (filter and score, extender calls included; no binding)",
+			Measured: fmt.Sprintf("Cardinal %.1f ms, plain %.1f ms", m["cardinal-algorithm-p99-ms"], m["plain-algorithm-p99-ms"]),
+			Target:   "(reported)", Verdict: Info, Ratio: ratio(m["cardinal-algorithm-p99-ms"], m["plain-algorithm-p99-ms"], "× plain's")},
+		{Scenario: "S2", What: "CPU seconds per phase, kube-scheduler start → last binding (all share the machine's cores)",
+			Measured: fmt.Sprintf("Cardinal: %s; plain: %s", cpuLine(m, "cardinal"), cpuLine(m, "plain")), Target: "(reported)", Verdict: Info},
 	}
+}
+
+// cpuLine lists the phase's CPU seconds by component.
+func cpuLine(m map[string]float64, phase string) string {
+	var parts []string
+	for _, comp := range []string{"kube-apiserver", "etcd", "kube-scheduler", "cardinal"} {
+		if v, ok := m[phase+"-cpu-"+comp+"-s"]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f s", comp, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func s3Rows(ix index) []Row {

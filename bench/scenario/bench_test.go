@@ -60,6 +60,10 @@ func BenchmarkS2(b *testing.B) {
 		b.ReportMetric(ms(ph.AttemptP99), ph.Scheduler+"-attempt-p99-ms")
 		b.ReportMetric(ph.AllBound.Seconds(), ph.Scheduler+"-all-bound-s")
 		b.ReportMetric(ph.Attempts["error"], ph.Scheduler+"-attempt-errors")
+		b.ReportMetric(ms(ph.AlgorithmP99), ph.Scheduler+"-algorithm-p99-ms")
+		for comp, d := range ph.CPU {
+			b.ReportMetric(d.Seconds(), ph.Scheduler+"-cpu-"+comp+"-s")
+		}
 	}
 	b.ReportMetric(r.Ratio, "ratio")
 	b.ReportMetric(float64(p.S2.Nodes), "nodes")

@@ -39,8 +39,15 @@ type S2Phase struct {
 	// AttemptP50 and AttemptP99 are kube-scheduler's scheduler_scheduling_attempt_duration_seconds
 	// for result "scheduled" (interpolated in its buckets, as histogram_quantile does).
 	AttemptP50, AttemptP99 time.Duration
+	// AlgorithmP99 is kube-scheduler's scheduler_scheduling_algorithm_duration_seconds p99: filter
+	// and score (the extender's filter and prioritize calls included), without the binding cycle.
+	AlgorithmP99 time.Duration
 	// Attempts counts scheduling attempts by result (scheduled, unschedulable, error).
 	Attempts map[string]float64
+	// CPU is the CPU time each component used during the phase (from its start to the last
+	// binding): "kube-apiserver", "etcd", "kube-scheduler", and "cardinal" (this process: the
+	// in-process extender and webhook, and the scenario's own watch).
+	CPU map[string]time.Duration
 }
 
 // S2Result is both phases of one run and their ratio.
@@ -97,8 +104,10 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 			t.Fatalf("pod %s-0 was not sent to %s by the webhook (%v)", name, CardinalScheduler, err)
 		}
 	}
+	cpu := b.cpuMeter()
 	started := time.Now()
 	ks := start()
+	cpu.add("kube-scheduler", ks.Pid())
 	ph.Bound = w.waitBound(cfg.Pods, cfg.Idle)
 	times := w.boundTimes()
 	if len(times) > 0 {
@@ -107,6 +116,7 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	if len(times) > 1 {
 		ph.PodsPerSecond = float64(len(times)-1) / times[len(times)-1].Sub(times[0]).Seconds()
 	}
+	ph.CPU = cpu.used()
 	// kube-scheduler records some metrics asynchronously: wait until they count every binding.
 	var ms Metrics
 	cluster.WaitFor(t, readyTimeout, name+"'s metrics to count every binding", func() (bool, error) {
@@ -122,6 +132,7 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	h := ms.Histogram("scheduler_scheduling_attempt_duration_seconds", map[string]string{"result": "scheduled"})
 	ph.AttemptP50 = seconds(Quantile(0.50, h))
 	ph.AttemptP99 = seconds(Quantile(0.99, h))
+	ph.AlgorithmP99 = seconds(Quantile(0.99, ms.Histogram("scheduler_scheduling_algorithm_duration_seconds", nil)))
 	ph.Attempts = map[string]float64{}
 	for _, r := range []string{"scheduled", "unschedulable", "error"} {
 		ph.Attempts[r] = ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": r})
@@ -131,8 +142,8 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 		t.Fatalf("%s: %d of %d pods bound; nothing new bound for %s (attempts %v); scheduler log tail:\n%s",
 			name, ph.Bound, cfg.Pods, cfg.Idle, ph.Attempts, ks.Tail(30))
 	}
-	t.Logf("S2 %s: %d pods bound at %.1f pods/s (created in %s), all bound %s after start, attempt p50 %s p99 %s, attempts %v",
-		name, ph.Bound, ph.PodsPerSecond, ph.Create.Round(time.Millisecond), ph.AllBound.Round(time.Millisecond), ph.AttemptP50, ph.AttemptP99, ph.Attempts)
+	t.Logf("S2 %s: %d pods bound at %.1f pods/s (created in %s), all bound %s after start, attempt p50 %s p99 %s, algorithm p99 %s, attempts %v, CPU %v",
+		name, ph.Bound, ph.PodsPerSecond, ph.Create.Round(time.Millisecond), ph.AllBound.Round(time.Millisecond), ph.AttemptP50, ph.AttemptP99, ph.AlgorithmP99, ph.Attempts, ph.CPU)
 	return ph
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,5 +170,19 @@ func TestParamsFor(t *testing.T) {
 	}
 	if _, err := ParamsFor("huge"); err == nil {
 		t.Error("ParamsFor(huge) did not fail")
+	}
+}
+
+func TestParseCPUTime(t *testing.T) {
+	// utime 150 and stime 50 ticks of 10 ms: 2 s. The command name holds a space and a ')'.
+	stat := "1234 (kube (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 12 0 100 1000 10"
+	if got := parseCPUTime(stat); got != 2*time.Second {
+		t.Errorf("parseCPUTime = %v, want 2s", got)
+	}
+	if got := parseCPUTime("garbage"); got != 0 {
+		t.Errorf("parseCPUTime(garbage) = %v, want 0", got)
+	}
+	if cpuTime(os.Getpid()) <= 0 {
+		t.Error("this process has used no CPU time")
 	}
 }
