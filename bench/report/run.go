@@ -37,6 +37,8 @@ type Config struct {
 	Log io.Writer
 	// Now is the clock (the table's date).
 	Now func() time.Time
+	// Notes are added under the table (findings of the run, by the person who ran it).
+	Notes []string
 }
 
 func (c *Config) validate() error {
@@ -152,6 +154,7 @@ func Run(ctx context.Context, cfg Config) error {
 		results = append(results, got...)
 	}
 	meta.Notes = append(meta.Notes, methodNotes...)
+	meta.Notes = append(meta.Notes, cfg.Notes...)
 	rows := Rows(results)
 	kept := rows[:0]
 	for _, r := range rows {
