@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -181,20 +182,20 @@ func TestFit(t *testing.T) {
 			name:   "share lacks memory: 46068-40000 = 6068 < 7000 MiB",
 			node:   withHeld(nodeOf(card("G0", a40, 46068, 0, 4)), Holding{UUID: "G0", Slot: 0, MemMiB: 40000, Cores: 10}),
 			req:    pod(shared("main", 1, 7000, 10)),
-			reason: "needs 1 card with 7000 MiB, 10% cores and a free slot; 0 of 1 have",
+			reason: "needs 1 card with 7000 MiB, gpucores 10 and a free slot; 0 of 1 have",
 		},
 		{
 			name:   "share lacks cores: 100-60 = 40 < 50",
 			node:   withHeld(nodeOf(card("G0", a40, 46068, 0, 4)), Holding{UUID: "G0", Slot: 0, MemMiB: 1000, Cores: 60}),
 			req:    pod(shared("main", 1, 1000, 50)),
-			reason: "needs 1 card with 1000 MiB, 50% cores and a free slot; 0 of 1 have",
+			reason: "needs 1 card with 1000 MiB, gpucores 50 and a free slot; 0 of 1 have",
 		},
 		{
 			name: "share lacks a slot: 2 shares, both held",
 			node: withHeld(nodeOf(card("G0", a40, 46068, 0, 2)),
 				Holding{UUID: "G0", Slot: 0, MemMiB: 1000, Cores: 10}, Holding{UUID: "G0", Slot: 1, MemMiB: 1000, Cores: 10}),
 			req:    pod(shared("main", 1, 1000, 10)),
-			reason: "needs 1 card with 1000 MiB, 10% cores and a free slot; 0 of 1 have",
+			reason: "needs 1 card with 1000 MiB, gpucores 10 and a free slot; 0 of 1 have",
 		},
 		{
 			name: "memory percentage: 25% of 46068 = 11517 MiB",
@@ -358,6 +359,9 @@ func TestFit(t *testing.T) {
 			}
 			if gotReason != c.reason {
 				t.Fatalf("reason = %q, want %q", gotReason, c.reason)
+			}
+			if strings.Contains(gotReason, "%") {
+				t.Errorf("reason %q has a %%: kube-scheduler formats extender reasons", gotReason)
 			}
 			if r != nil {
 				return

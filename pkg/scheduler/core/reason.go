@@ -118,14 +118,15 @@ func (r *Reason) String() string {
 
 func (r *Reason) shareNeed() string {
 	var parts []string
+	// No '%' here: kube-scheduler passes extender reasons through a format string.
 	switch {
 	case r.MemMiB > 0:
 		parts = append(parts, fmt.Sprintf("%d MiB", r.MemMiB))
 	case r.MemPercent > 0:
-		parts = append(parts, fmt.Sprintf("%d%% memory", r.MemPercent))
+		parts = append(parts, fmt.Sprintf("gpumem-percentage %d", r.MemPercent))
 	}
 	if r.Cores > 0 {
-		parts = append(parts, fmt.Sprintf("%d%% cores", r.Cores))
+		parts = append(parts, fmt.Sprintf("gpucores %d", r.Cores))
 	}
 	parts = append(parts, "a free slot")
 	if len(parts) == 1 {
