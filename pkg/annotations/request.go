@@ -197,18 +197,31 @@ func quantity(c *corev1.Container, name corev1.ResourceName, lo, hi int64) (int6
 
 // ParseQuantity checks that q is a whole number in [lo, hi] and names key in the error. The bool
 // result is always true (the value was present); it is there so callers can pass the result on.
+//
+// It never does arithmetic on q's full size: a quantity such as 1e999999999 is legal, and comparing
+// it exactly would build a number with a billion digits.
 func ParseQuantity(key string, q resource.Quantity, lo, hi int64) (int64, bool, *Error) {
-	// Range first, on the exact value, so that 1e30 is "above" rather than "not a whole number".
-	switch {
-	case q.Cmp(*resource.NewQuantity(lo, resource.DecimalSI)) < 0:
+	if v, exact := q.AsInt64(); exact {
+		switch {
+		case v < lo:
+			return 0, true, errorf(key, "%s is below %d", q.String(), lo)
+		case v > hi:
+			return 0, true, errorf(key, "%s is above %d", q.String(), hi)
+		}
+		return v, true, nil
+	}
+	// Not an int64 as stored: far out of range, fractional, or a whole number with a negative scale
+	// (2000m). The approximation settles the range, so that 1e30 is "above", not "not whole".
+	switch f := q.AsApproximateFloat64(); {
+	case f < float64(lo):
 		return 0, true, errorf(key, "%s is below %d", q.String(), lo)
-	case q.Cmp(*resource.NewQuantity(hi, resource.DecimalSI)) > 0:
+	case f > float64(hi):
 		return 0, true, errorf(key, "%s is above %d", q.String(), hi)
 	}
-	// In range, so Value (rounded up) fits an int64; it equals q exactly only for a whole number.
-	// (AsInt64 would refuse 2000m, which is the whole number 2.)
+	// In range, so q is small (and quantities keep at most 9 decimal places): Value (rounded up)
+	// fits an int64, and it equals q exactly only for a whole number.
 	v := q.Value()
-	if q.Cmp(*resource.NewQuantity(v, resource.DecimalSI)) != 0 {
+	if q.Cmp(*resource.NewQuantity(v, resource.DecimalSI)) != 0 || v < lo || v > hi {
 		return 0, true, errorf(key, "%s is not a whole number", q.String())
 	}
 	return v, true, nil

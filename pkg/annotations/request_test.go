@@ -434,6 +434,17 @@ func TestParseQuantity(t *testing.T) {
 		{q: "100m", lo: 1, hi: 10, wantErr: "k: 100m is below 1"},
 		{q: "1100m", lo: 1, hi: 10, wantErr: "k: 1100m is not a whole number"},
 		{q: "10.5", lo: 1, hi: 10, wantErr: "k: 10500m is above 10"},
+		{q: "2000m", lo: 1, hi: 10, want: 2},
+		{q: "1e30", lo: 0, hi: 10, wantErr: "k: 1e30 is above 10"},
+		{q: "9223372036854775808", lo: 0, hi: 10, wantErr: "k: 9223372036854775808 is above 10"},
+		// Legal quantities whose exact comparison would build a number with a billion digits.
+		{q: "1e999999999", lo: 0, hi: 10, wantErr: "k: 1e999999999 is above 10"},
+		{q: "-1e999999999", lo: 0, hi: 10, wantErr: "k: -1e999999999 is below 0"},
+		{q: "15e999999999", lo: 0, hi: 10, wantErr: "k: 15e999999999 is above 10"},
+		{q: "1.5e999999999", lo: 0, hi: 10, wantErr: "k: 1500e999999996 is above 10"},
+		// Quantities keep at most 9 decimal places: 1e-9999 is rounded up to 1e-9 when parsed.
+		{q: "1e-9999", lo: 0, hi: 10, wantErr: "k: 1e-9 is not a whole number"},
+		{q: "1000Ei", lo: 0, hi: 10, wantErr: "k: 9223372036854775807 is above 10"},
 	}
 	for _, tt := range tests {
 		v, present, err := ParseQuantity("k", resource.MustParse(tt.q), tt.lo, tt.hi)

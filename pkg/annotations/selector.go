@@ -76,16 +76,8 @@ func ParseSelector(ann map[string]string) (Selector, error) {
 	s.NoUseTypes = list(NoUseGPUType, true)
 	s.UseUUIDs = list(UseGPUUUID, false)
 	s.NoUseUUIDs = list(NoUseGPUUUID, false)
-	for _, u := range s.NoUseUUIDs {
-		if slices.Contains(s.UseUUIDs, u) {
-			errs = append(errs, errorf(NoUseGPUUUID, "%s is also in %s", u, UseGPUUUID))
-		}
-	}
-	for _, t := range s.NoUseTypes {
-		if slices.Contains(s.UseTypes, t) {
-			errs = append(errs, errorf(NoUseGPUType, "%s is also in %s", t, UseGPUType))
-		}
-	}
+	errs = append(errs, overlap(NoUseGPUUUID, s.NoUseUUIDs, UseGPUUUID, s.UseUUIDs)...)
+	errs = append(errs, overlap(NoUseGPUType, s.NoUseTypes, UseGPUType, s.UseTypes)...)
 	if v, ok := ann[NUMABind]; ok {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "true":
@@ -113,19 +105,50 @@ func ParseSelector(ann map[string]string) (Selector, error) {
 func parseList(key, value string, lower bool) ([]string, error) {
 	parts := strings.Split(value, ",")
 	out := make([]string, 0, len(parts))
+	// A map, not a scan of out: an annotation may hold 10^5 entries, and admission must stay fast.
+	seen := make(map[string]bool, len(parts))
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		if p == "" {
-			return nil, errorf(key, "empty entry at position %d in %q", i+1, value)
+			return nil, errorf(key, "empty entry at position %d in %s", i+1, clip(value))
 		}
 		if lower {
 			p = strings.ToLower(p)
 		}
-		if !slices.Contains(out, p) {
+		if !seen[p] {
+			seen[p] = true
 			out = append(out, p)
 		}
 	}
 	return out, nil
+}
+
+// overlap reports each entry of the nouse list that is also in the use list, naming nouseKey.
+func overlap(nouseKey string, nouse []string, useKey string, use []string) []error {
+	if len(nouse) == 0 || len(use) == 0 {
+		return nil
+	}
+	inUse := make(map[string]bool, len(use))
+	for _, u := range use {
+		inUse[u] = true
+	}
+	// Name the first few; a pasted list of thousands must not become thousands of lines.
+	const shown = 5
+	var errs []error
+	more := 0
+	for _, n := range nouse {
+		switch {
+		case !inUse[n]:
+		case len(errs) < shown:
+			errs = append(errs, errorf(nouseKey, "%s is also in %s", n, useKey))
+		default:
+			more++
+		}
+	}
+	if more > 0 {
+		errs = append(errs, errorf(nouseKey, "%d more entries are also in %s", more, useKey))
+	}
+	return errs
 }
 
 // Check says whether the selector accepts a card of this model and UUID, and if not, which rule

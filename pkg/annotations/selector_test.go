@@ -2,11 +2,25 @@ package annotations
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
+
+// manyUUIDs returns n distinct comma-separated UUID-like entries.
+func manyUUIDs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "GPU-%08d", i)
+	}
+	return b.String()
+}
 
 // errString is the message of err, or "" for nil, so tables can hold the exact expected text.
 func errString(err error) string {
@@ -136,6 +150,26 @@ func TestParseSelector(t *testing.T) {
 			name:    "type in both use and nouse, compared case-insensitively",
 			ann:     map[string]string{UseGPUType: "A100,T4", NoUseGPUType: "t4"},
 			wantErr: `nvidia.com/nouse-gputype: t4 is also in nvidia.com/use-gputype`,
+		},
+		{
+			name: "overlaps: the first five are named, the rest counted",
+			ann:  map[string]string{UseGPUUUID: "a,b,c,d,e,f,g,h", NoUseGPUUUID: "h,x,g,f,e,d,c"},
+			wantErr: `nvidia.com/nouse-gpuuuid: h is also in nvidia.com/use-gpuuuid` + "\n" +
+				`nvidia.com/nouse-gpuuuid: g is also in nvidia.com/use-gpuuuid` + "\n" +
+				`nvidia.com/nouse-gpuuuid: f is also in nvidia.com/use-gpuuuid` + "\n" +
+				`nvidia.com/nouse-gpuuuid: e is also in nvidia.com/use-gpuuuid` + "\n" +
+				`nvidia.com/nouse-gpuuuid: d is also in nvidia.com/use-gpuuuid` + "\n" +
+				`nvidia.com/nouse-gpuuuid: 1 more entries are also in nvidia.com/use-gpuuuid`,
+		},
+		{
+			name:    "a long value is clipped in the message",
+			ann:     map[string]string{UseGPUType: strings.Repeat("a,", 100) + ","},
+			wantErr: `nvidia.com/use-gputype: empty entry at position 101 in "` + strings.Repeat("a,", 60) + `"…`,
+		},
+		{
+			name: "many entries",
+			ann:  map[string]string{UseGPUUUID: manyUUIDs(100000)},
+			want: Selector{UseUUIDs: strings.Split(manyUUIDs(100000), ",")},
 		},
 		{
 			name: "every problem is reported, one per line, in key order",
