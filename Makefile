@@ -43,6 +43,11 @@ $(GOLANGCI_LINT):
 	GOBIN=$(TOOLS)/.gl $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(TOOLS)/.gl/golangci-lint $@ && rmdir $(TOOLS)/.gl
 
+##@ Demo
+.PHONY: demo
+demo: build testbed-bins ## Run Cardinal on a local 3-node cluster with simulated GPUs and print where the examples/ pods land (root; DEMO_KEEP=1 keeps it running).
+	$(GO) run ./hack/demo --bin $(BIN)
+
 ##@ Testing
 .PHONY: testbed-bins
 testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached).
