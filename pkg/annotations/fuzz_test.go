@@ -236,16 +236,23 @@ func FuzzParseDeviceID(f *testing.F) {
 
 func FuzzParseContainerRequest(f *testing.F) {
 	// Each resource is a quantity string; "" leaves it out. inRequests puts it in requests, not limits.
-	f.Add("1", "", "", "", uint8(0))
-	f.Add("2", "10240", "", "30", uint8(0))
-	f.Add("1", "", "140", "", uint8(0))
-	f.Add("", "1000", "", "", uint8(0))
-	f.Add("0", "", "", "50", uint8(0))
-	f.Add("1.5", "1Gi", "50", "101", uint8(0x0f))
-	f.Add("2000m", "24Gi", "0.5", "-1", uint8(0x05))
-	f.Add("1e30", "1e-3", "100", "100", uint8(0))
-	f.Add("1e999999999", "-1e999999999", "1.5e999999999", "1000Ei", uint8(0x02))
-	f.Fuzz(func(t *testing.T, gpu, mem, pct, cores string, inRequests uint8) {
+	// gpuRequest, when set, is also put in requests for nvidia.com/gpu (request against limit).
+	f.Add("1", "", "", "", uint8(0), "")
+	f.Add("2", "10240", "", "30", uint8(0), "")
+	f.Add("1", "", "140", "", uint8(0), "")
+	f.Add("", "1000", "", "", uint8(0), "")
+	f.Add("0", "", "", "50", uint8(0), "")
+	f.Add("1.5", "1Gi", "50", "101", uint8(0x0f), "")
+	f.Add("2000m", "24Gi", "0.5", "-1", uint8(0x05), "")
+	f.Add("1e30", "1e-3", "100", "100", uint8(0), "")
+	f.Add("1e999999999", "-1e999999999", "1.5e999999999", "1000Ei", uint8(0x02), "")
+	f.Add("0e999999999", "0.0e999999999", "1e400", "0", uint8(0x0c), "")
+	f.Add("1e999999999", "", "", "", uint8(0), "1")
+	f.Add("1", "", "", "", uint8(0), "1e999999999")
+	f.Add("0", "", "", "", uint8(0), "0e999999999")
+	f.Add("2", "", "", "", uint8(0), "2000m")
+	f.Add("300m", "", "", "", uint8(0), "0.3")
+	f.Fuzz(func(t *testing.T, gpu, mem, pct, cores string, inRequests uint8, gpuRequest string) {
 		names := DefaultResourceNames()
 		c := corev1.Container{Name: "c"}
 		for i, kv := range []struct {
@@ -255,9 +262,9 @@ func FuzzParseContainerRequest(f *testing.F) {
 			if kv.v == "" {
 				continue
 			}
-			if hugeNegativeExponent.MatchString(kv.v) {
-				// resource.ParseQuantity itself takes minutes on 1e-999999999 (it rounds the value
-				// to nano units through a billion-digit number); that is upstream, not this parser.
+			if slowToParse.MatchString(kv.v) {
+				// resource.ParseQuantity itself takes minutes on 1e-999999999 or 2e6024865272343
+				// (it builds a number with that many digits); that is upstream, not this parser.
 				continue
 			}
 			q, err := resource.ParseQuantity(kv.v)
@@ -274,6 +281,14 @@ func FuzzParseContainerRequest(f *testing.F) {
 					c.Resources.Limits = corev1.ResourceList{}
 				}
 				c.Resources.Limits[kv.name] = q
+			}
+		}
+		if gpuRequest != "" && !slowToParse.MatchString(gpuRequest) {
+			if q, err := resource.ParseQuantity(gpuRequest); err == nil {
+				if c.Resources.Requests == nil {
+					c.Resources.Requests = corev1.ResourceList{}
+				}
+				c.Resources.Requests[names.GPU] = q
 			}
 		}
 		r, err := ParseContainerRequest(&c, names)
@@ -333,8 +348,8 @@ func FuzzParseContainerRequest(f *testing.F) {
 	})
 }
 
-// hugeNegativeExponent matches quantity strings with an exponent below -9999.
-var hugeNegativeExponent = regexp.MustCompile(`[eE]-[0-9]{5,}`)
+// slowToParse matches quantity strings with an exponent below -9999 or of ten digits or more.
+var slowToParse = regexp.MustCompile(`[eE](-[0-9]{5,}|\+?[0-9]{10,})`)
 
 // quantityOf reports whether the container names the resource in limits or requests.
 func quantityOf(c *corev1.Container, name corev1.ResourceName) (resource.Quantity, bool) {

@@ -3,6 +3,7 @@ package annotations
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -189,19 +190,38 @@ func quantity(c *corev1.Container, name corev1.ResourceName, lo, hi int64) (int6
 		if !ok {
 			return 0, false, nil
 		}
-	} else if rq, has := c.Resources.Requests[name]; has && rq.Cmp(q) != 0 {
+	} else if rq, has := c.Resources.Requests[name]; has && !sameQuantity(rq, q) {
 		return 0, true, errorf(string(name), "request %s differs from limit %s", rq.String(), q.String())
 	}
 	return ParseQuantity(string(name), q, lo, hi)
 }
 
+// sameQuantity reports whether a and b are equal. Quantities as large as 1e999999999 are legal, and
+// comparing two of very different sizes exactly would build a number with that many digits, so
+// values beyond float64's range are compared by their approximation (the range check refuses them).
+func sameQuantity(a, b resource.Quantity) bool {
+	if a.IsZero() || b.IsZero() {
+		return a.IsZero() && b.IsZero()
+	}
+	fa, fb := a.AsApproximateFloat64(), b.AsApproximateFloat64()
+	if math.IsInf(fa, 0) || math.IsInf(fb, 0) || math.IsNaN(fa) || math.IsNaN(fb) {
+		return fa == fb
+	}
+	// Both within float64's range: their scales differ by a few hundred at most, so Cmp is cheap.
+	return a.Cmp(b) == 0
+}
+
 // ParseQuantity checks that q is a whole number in [lo, hi] and names key in the error. The bool
 // result is always true (the value was present); it is there so callers can pass the result on.
 //
-// It never does arithmetic on q's full size: a quantity such as 1e999999999 is legal, and comparing
-// it exactly would build a number with a billion digits.
+// It never does arithmetic on q's full size: quantities such as 1e999999999 or 0e999999999 are legal,
+// and handling them exactly would build a number with a billion digits (or loop a billion times).
 func ParseQuantity(key string, q resource.Quantity, lo, hi int64) (int64, bool, *Error) {
-	if v, exact := q.AsInt64(); exact {
+	v, exact := int64(0), true
+	if !q.IsZero() { // AsInt64 would scale 0e999999999 up one digit at a time
+		v, exact = q.AsInt64()
+	}
+	if exact {
 		switch {
 		case v < lo:
 			return 0, true, errorf(key, "%s is below %d", q.String(), lo)
@@ -213,6 +233,8 @@ func ParseQuantity(key string, q resource.Quantity, lo, hi int64) (int64, bool, 
 	// Not an int64 as stored: far out of range, fractional, or a whole number with a negative scale
 	// (2000m). The approximation settles the range, so that 1e30 is "above", not "not whole".
 	switch f := q.AsApproximateFloat64(); {
+	case math.IsNaN(f):
+		return 0, true, errorf(key, "%s is not in %d..%d", q.String(), lo, hi)
 	case f < float64(lo):
 		return 0, true, errorf(key, "%s is below %d", q.String(), lo)
 	case f > float64(hi):
@@ -220,7 +242,7 @@ func ParseQuantity(key string, q resource.Quantity, lo, hi int64) (int64, bool, 
 	}
 	// In range, so q is small (and quantities keep at most 9 decimal places): Value (rounded up)
 	// fits an int64, and it equals q exactly only for a whole number.
-	v := q.Value()
+	v = q.Value()
 	if q.Cmp(*resource.NewQuantity(v, resource.DecimalSI)) != 0 || v < lo || v > hi {
 		return 0, true, errorf(key, "%s is not a whole number", q.String())
 	}

@@ -90,6 +90,42 @@ func TestParseContainerRequest(t *testing.T) {
 			wantErr:  `container "c": nvidia.com/gpu: request 1 differs from limit 2`,
 		},
 		{
+			name:     "request far above the limit",
+			limits:   res(gpu, "1"),
+			requests: res(gpu, "1e999999999"),
+			wantErr:  `container "c": nvidia.com/gpu: request 1e999999999 differs from limit 1`,
+		},
+		{
+			name:     "limit far above the request",
+			limits:   res(gpu, "1e999999999"),
+			requests: res(gpu, "1"),
+			wantErr:  `container "c": nvidia.com/gpu: request 1 differs from limit 1e999999999`,
+		},
+		{
+			name:     "both beyond float64: left to the range check",
+			limits:   res(gpu, "1e400"),
+			requests: res(gpu, "1e999999999"),
+			wantErr:  `container "c": nvidia.com/gpu: 10e399 is above 64`,
+		},
+		{
+			name:     "zero with a huge exponent equals zero",
+			limits:   res(gpu, "0"),
+			requests: res(gpu, "0e999999999"),
+			want:     ContainerRequest{Name: "c"},
+		},
+		{
+			name:   "zero with a huge exponent as the limit",
+			limits: res(gpu, "0e999999999", cores, "0e999999999"),
+			wantErr: `container "c": nvidia.com/gpu: 0 while nvidia.com/gpucores asks for a share of a card; ` +
+				`set nvidia.com/gpu: 1 or more`,
+		},
+		{
+			name:     "equal fractions are equal (0.3 = 300m), then refused as fractions",
+			limits:   res(gpu, "300m"),
+			requests: res(gpu, "0.3"),
+			wantErr:  `container "c": nvidia.com/gpu: 300m is not a whole number`,
+		},
+		{
 			name:    "fractional count",
 			limits:  res(gpu, "1.5"),
 			wantErr: `container "c": nvidia.com/gpu: 1500m is not a whole number`,
