@@ -3,7 +3,7 @@
 // prints GPU allocation at 100 % and 130 % arrival, the arrival at the first failed GPU pod and the
 // fragmentation at 90 % arrival (mean ± sd over seeds). See bench/replay/sim for the protocol.
 //
-//	go run ./bench/replay --pods testdata/traces/alibaba-gpu-v2023/openb_pod_list_default.csv --policies binpack
+//	go run ./bench/replay --policies binpack,spread/binpack,frag-aware
 package main
 
 import (
@@ -44,7 +44,7 @@ func run() error {
 	arrival := fs.Float64("arrival", 130, "stop arrivals when the GPU they asked for reaches this % of cluster GPU capacity")
 	fragAt := fs.Float64("frag-at", 90, "measure fragmentation when arrivals reach this % of cluster GPU capacity")
 	cpuPods := fs.String("cpu-pods", string(sim.CPUPodsLeastAllocated), `how CPU-only pods (which kube-scheduler places without Cardinal) choose a node: "least-allocated" (kube-scheduler's default) or "most-allocated"`)
-	scoring := fs.String("scoring", string(sim.ScoringKube), `how GPU pods rank nodes: "kube" (kube-scheduler with the extender at weight 10, the extender's integer score, plus the default LeastAllocated and BalancedAllocation scores of CPU and memory) or "core" (the core's unrounded score alone)`)
+	scoring := fs.String("scoring", string(sim.ScoringCore), `how GPU pods rank nodes: "core" (the core's unrounded score alone, ties to the smaller node name: the policy comparison) or "kube" (kube-scheduler with the extender at weight 10 as the chart sets it: the extender's integer score plus the default LeastAllocated and BalancedAllocation scores of CPU and memory)`)
 	kubeFit := fs.String("kube-fit", string(sim.CPUPodsLeastAllocated), `scoring strategy of kube-scheduler's NodeResourcesFit in the cardinal-scheduler profile (with --scoring=kube): "least-allocated" (the default) or "most-allocated"`)
 	numaSplit := fs.Bool("numa-split", true, "synthesise two NUMA nodes on nodes with an even number (4 or more) of cards, half the cards each; false puts every card on NUMA node 0")
 	shares := fs.Int("shares", 0, "device IDs per card (annotations.GPU.Shares); 0 picks floor(1000 / smallest fractional gpu_milli), which never limits before memory and compute")
