@@ -152,7 +152,7 @@ type Stack struct {
 	nodeShare      map[string]int
 	webhookMetrics string
 	pluginMetrics  map[string]string // node -> the plugin's /metrics URL
-	simMu          sync.Mutex // SetHealth's read-modify-write of SimPath
+	simMu          sync.Mutex        // SetHealth's read-modify-write of SimPath
 }
 
 // Start brings the whole stack up (see the package documentation) and waits until every node's
