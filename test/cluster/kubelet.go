@@ -201,6 +201,9 @@ func kubeletConfig(port, healthzPort int, criEndpoint string, overrides map[stri
 		"imageGCLowThresholdPercent":  99,
 		"serializeImagePulls":         false,
 		"failSwapOn":                  false,
+		// Kubelet 1.34 with the fake runtime dereferences nil in doPodResizeAction a while into a
+		// run (seen crashing two kubelets of the e2e suite); nothing here resizes pods.
+		"featureGates": map[string]any{"InPlacePodVerticalScaling": false},
 	}
 	maps.Copy(cfg, overrides)
 	// What isolates the kubelet from the host and from other kubelets is not negotiable.
