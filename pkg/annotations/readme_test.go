@@ -151,6 +151,9 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 	if !strings.Contains(section, "| 0–"+strconv.Itoa(MaxGPUsPerContainer)+" |") {
 		t.Errorf("README resource table does not give 0–%d for nvidia.com/gpu", MaxGPUsPerContainer)
 	}
+	if !strings.Contains(section, "at most "+strconv.Itoa(MaxListEntries)+" entries") {
+		t.Errorf("README contract does not say a list holds at most %d entries", MaxListEntries)
+	}
 	if !strings.Contains(section, "1–"+strconv.Itoa(MaxMemoryMiB)+" (MiB)") {
 		t.Errorf("README resource table does not give 1–%d (MiB) for nvidia.com/gpumem", MaxMemoryMiB)
 	}

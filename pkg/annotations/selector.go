@@ -100,12 +100,19 @@ func ParseSelector(ann map[string]string) (Selector, error) {
 	return s, errors.Join(errs...)
 }
 
+// MaxListEntries bounds the comma lists of use/nouse-gputype and use/nouse-gpuuuid: the scheduler
+// checks every card against them, and no sensible selector names more cards than this.
+const MaxListEntries = 4096
+
 // parseList splits a comma list, trimming spaces around entries. An empty entry is an error that
 // gives its 1-based position; repeated entries are kept once.
 func parseList(key, value string, lower bool) ([]string, error) {
 	parts := strings.Split(value, ",")
+	if len(parts) > MaxListEntries {
+		return nil, errorf(key, "%d entries, more than %d", len(parts), MaxListEntries)
+	}
 	out := make([]string, 0, len(parts))
-	// A map, not a scan of out: an annotation may hold 10^5 entries, and admission must stay fast.
+	// A map, not a scan of out, so that admission stays linear in the length of the value.
 	seen := make(map[string]bool, len(parts))
 	for i, p := range parts {
 		p = strings.TrimSpace(p)

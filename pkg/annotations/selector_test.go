@@ -167,9 +167,14 @@ func TestParseSelector(t *testing.T) {
 			wantErr: `nvidia.com/use-gputype: empty entry at position 101 in "` + strings.Repeat("a,", 60) + `"…`,
 		},
 		{
-			name: "many entries",
-			ann:  map[string]string{UseGPUUUID: manyUUIDs(100000)},
-			want: Selector{UseUUIDs: strings.Split(manyUUIDs(100000), ",")},
+			name: "MaxListEntries entries",
+			ann:  map[string]string{UseGPUUUID: manyUUIDs(MaxListEntries)},
+			want: Selector{UseUUIDs: strings.Split(manyUUIDs(MaxListEntries), ",")},
+		},
+		{
+			name:    "more than MaxListEntries entries",
+			ann:     map[string]string{NoUseGPUUUID: manyUUIDs(MaxListEntries + 1)},
+			wantErr: `nvidia.com/nouse-gpuuuid: 4097 entries, more than 4096`,
 		},
 		{
 			name: "every problem is reported, one per line, in key order",
