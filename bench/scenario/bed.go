@@ -364,6 +364,30 @@ func httpOK(url string) bool {
 type kubeScheduler struct {
 	*cluster.Process
 	metricsURL string
+	pprofURL   string
+}
+
+// profile writes a CPU profile of the next d of kube-scheduler to path (its /debug/pprof; the
+// KubeSchedulerConfiguration's enableProfiling defaults to true).
+func (k *kubeScheduler) profile(path string, d time.Duration) error {
+	c := &http.Client{Timeout: d + time.Minute, Transport: insecureClient.Transport}
+	resp, err := c.Get(fmt.Sprintf("%s?seconds=%d", k.pprofURL, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", k.pprofURL, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // schedulerClientQPS is the kube-scheduler's own client rate limit in every scenario. The default
@@ -450,9 +474,9 @@ func (b *bed) startKubeScheduler(t cluster.TB, name string, config map[string]an
 		"--config="+path, "--bind-address=127.0.0.1", "--secure-port="+port,
 		"--authentication-kubeconfig="+b.c.Kubeconfig, "--authorization-kubeconfig="+b.c.Kubeconfig,
 		"--authentication-skip-lookup=true",
-		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/debug/pprof/*",
 		"--v=1")
-	ks := &kubeScheduler{Process: p, metricsURL: "https://127.0.0.1:" + port + "/metrics"}
+	ks := &kubeScheduler{Process: p, metricsURL: "https://127.0.0.1:" + port + "/metrics", pprofURL: "https://127.0.0.1:" + port + "/debug/pprof/profile"}
 	cluster.WaitFor(t, readyTimeout, name+" to be ready", func() (bool, error) {
 		if exited, err := p.Exited(); exited {
 			return false, fmt.Errorf("%s exited (%v):\n%s", name, err, p.Tail(30))

@@ -4,12 +4,15 @@ import (
 	"flag"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // Flags of the benchmarks; make bench sets them (BENCH_SIZE, BENCH_S6_WINDOW).
 var (
 	sizeFlag     = flag.String("size", string(SizeSmall), "scenario sizes: tiny, small or full")
 	s6WindowFlag = flag.Duration("s6-window", 0, "S6's steady-state window; 0 keeps the size's")
+	s2ProfileDir = flag.String("s2-profile-dir", "", "when set, S2 writes a CPU profile of each phase's kube-scheduler here")
+	s2ProfileFor = flag.Duration("s2-profile-for", 20*time.Second, "how long S2 profiles each kube-scheduler, from its start")
 )
 
 func params(b *testing.B) Params {
@@ -21,6 +24,7 @@ func params(b *testing.B) Params {
 	if *s6WindowFlag > 0 {
 		p.S6.Window = *s6WindowFlag
 	}
+	p.S2.ProfileDir, p.S2.ProfileFor = *s2ProfileDir, *s2ProfileFor
 	return p
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,10 @@ type S2Config struct {
 	CreateWorkers int
 	// Idle is how long a phase waits without a new binding before it gives up.
 	Idle time.Duration
+	// ProfileDir, when set, receives a CPU profile of each phase's kube-scheduler over its first
+	// ProfileFor (kube-scheduler-<phase>.pprof; symbolize with the pinned kube-scheduler binary).
+	ProfileDir string
+	ProfileFor time.Duration
 }
 
 // S2Phase is one scheduler's run of S2.
@@ -108,6 +113,14 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	started := time.Now()
 	ks := start()
 	cpu.add("kube-scheduler", ks.Pid())
+	profiled := make(chan error, 1)
+	if cfg.ProfileDir != "" {
+		go func() {
+			profiled <- ks.profile(filepath.Join(cfg.ProfileDir, "kube-scheduler-"+name+".pprof"), cfg.ProfileFor)
+		}()
+	} else {
+		profiled <- nil
+	}
 	ph.Bound = w.waitBound(cfg.Pods, cfg.Idle)
 	times := w.boundTimes()
 	if len(times) > 0 {
@@ -136,6 +149,9 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	ph.Attempts = map[string]float64{}
 	for _, r := range []string{"scheduled", "unschedulable", "error"} {
 		ph.Attempts[r] = ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": r})
+	}
+	if err := <-profiled; err != nil {
+		t.Errorf("%s: kube-scheduler profile: %v", name, err)
 	}
 	ks.Stop()
 	if ph.Bound < cfg.Pods {
