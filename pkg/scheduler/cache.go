@@ -1,8 +1,10 @@
 package scheduler
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,6 +61,10 @@ type nodeEntry struct {
 	gen uint64
 	// inFlight counts the in-flight containers of pods on the node.
 	inFlight int
+	// key is state.AppendKey (empty without state) and hash its hash: nodes with equal keys are
+	// decided once per Evaluate.
+	key  string
+	hash uint64
 }
 
 // Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
@@ -73,12 +79,16 @@ type Cache struct {
 	mix   core.TaskMix
 	mixed map[types.UID]struct{}
 	gen   uint64
+	// seed and keyBuf serve node keys (bump); written under mu.
+	seed   maphash.Seed
+	keyBuf []byte
+	models map[string]uint64
 }
 
 // NewCache returns an empty cache.
 func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
-		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}}
+		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, seed: maphash.MakeSeed(), models: map[string]uint64{}}
 }
 
 // UpsertNode records a node and its inventory; its pods' holdings are re-applied on the new cards.
@@ -146,6 +156,41 @@ func (c *Cache) node(name string) *nodeEntry {
 func (c *Cache) bump(n *nodeEntry) {
 	c.gen++
 	n.gen = c.gen
+	n.key, n.hash = "", 0
+	if n.state != nil {
+		c.keyBuf = c.appendKey(c.keyBuf[:0], n.state)
+		n.key = string(c.keyBuf)
+		n.hash = maphash.String(c.seed, n.key)
+	}
+}
+
+// appendKey appends a key of a node's state that leaves out card identities (UUIDs, indexes):
+// two nodes with equal keys get the same verdict and score from Fit and Score for any pod whose
+// selector has no UUID rule (their plans differ only in the UUIDs they name), unless the reason
+// names an unhealthy card (Reason.UUID). Models are interned so keys stay short.
+func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
+	for i := range s.Cards {
+		card := &s.Cards[i]
+		id, ok := c.models[card.Model]
+		if !ok {
+			id = uint64(len(c.models))
+			c.models[card.Model] = id
+		}
+		b = binary.AppendUvarint(b, id)
+		b = binary.AppendVarint(b, card.MemoryMiB)
+		b = binary.AppendVarint(b, int64(card.NUMA))
+		b = binary.AppendVarint(b, int64(card.Shares))
+		b = binary.AppendVarint(b, card.Usage.MemMiB)
+		b = binary.AppendVarint(b, int64(card.Usage.Cores))
+		b = binary.AppendVarint(b, int64(card.Usage.Held))
+		b = binary.AppendVarint(b, int64(card.Usage.Whole))
+		if card.Healthy {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	return b
 }
 
 // UpsertPod records what a pod holds from its assignment and allocation records. A pod that is
@@ -363,6 +408,10 @@ type Verdict struct {
 // FitWith over the node's cards, with buffers reused across nodes.
 func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdict) []Verdict {
 	var s core.Scratch
+	// Nodes in the same state get the same verdict when the pod names no UUID (see AppendKey).
+	byKey := p.Selector.UseUUIDs == nil && p.Selector.NoUseUUIDs == nil
+	var seen map[uint64]*nodeEntry
+	var seenVerdict map[uint64]Verdict
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out = out[:0]
@@ -377,6 +426,14 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			v.Reason, v.gen = n.reason, n.gen
 		default:
 			v.gen = n.gen
+			if byKey && n.inFlight == 0 {
+				if rep, hit := seen[n.hash]; hit && rep.key == n.key {
+					known := seenVerdict[n.hash]
+					v.Score, v.Reason = known.Score, known.Reason
+					free = free || v.Reason == nil
+					break
+				}
+			}
 			var plan *core.Plan
 			plan, v.Reason = p.FitWith(n.state, &c.mix, &s)
 			if plan != nil {
@@ -385,6 +442,14 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 					v.Reason, waiting = r, true // dropped below when no node is free
 				} else {
 					free = true
+				}
+			}
+			if byKey && n.inFlight == 0 && (v.Reason == nil || v.Reason.UUID == "") {
+				if seen == nil {
+					seen, seenVerdict = map[uint64]*nodeEntry{}, map[uint64]Verdict{}
+				}
+				if _, taken := seen[n.hash]; !taken {
+					seen[n.hash], seenVerdict[n.hash] = n, v
 				}
 			}
 		}

@@ -130,8 +130,12 @@ func (s *Server) Handler() http.Handler {
 	gin.SetMode(gin.ReleaseMode) // gin keeps its mode in a package variable; debug mode only adds noise
 	r := gin.New()
 	r.Use(gin.Recovery())
-	r.POST("/filter", route(s, "filter", s.Filter))
-	r.POST("/prioritize", route(s, "prioritize", s.Prioritize))
+	r.POST("/filter", route(s, "filter", func(ctx context.Context, a *extenderArgs) *filterResult {
+		return (*filterResult)(s.Filter(ctx, a.upstream()))
+	}))
+	r.POST("/prioritize", route(s, "prioritize", func(ctx context.Context, a *extenderArgs) *priorityList {
+		return (*priorityList)(s.Prioritize(ctx, a.upstream()))
+	}))
 	r.POST("/bind", route(s, "bind", s.Bind))
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	r.GET("/readyz", func(c *gin.Context) {
@@ -162,6 +166,13 @@ func route[In, Out any](s *Server, verb string, fn func(context.Context, *In) *O
 			return
 		}
 		out := fn(c.Request.Context(), in)
+		if enc, ok := any(out).(appendJSONer); ok {
+			if b, err := enc.AppendJSON(make([]byte, 0, 4096)); err == nil {
+				c.Data(http.StatusOK, "application/json; charset=utf-8", b)
+				s.metrics.latency.WithLabelValues(verb).Observe(time.Since(start).Seconds())
+				return
+			}
+		}
 		c.JSON(http.StatusOK, out)
 		s.metrics.latency.WithLabelValues(verb).Observe(time.Since(start).Seconds())
 	}

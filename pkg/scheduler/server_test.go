@@ -269,3 +269,38 @@ func mustEncode(t *testing.T, a annotations.Assignment) string {
 	}
 	return s
 }
+
+// Nodes in the same state are decided once per filter call; a UUID rule turns that off, and a node
+// whose state differs is decided on its own.
+func TestFilterIdenticalNodes(t *testing.T) {
+	held := gpuPod("held", nil, ctr{name: "m", gpu: 1})
+	held.Spec.NodeName = "n3"
+	held.Annotations = map[string]string{annotations.GPUAssignment: mustEncode(t, annotations.Assignment{Node: "n3", Containers: []annotations.ContainerAssignment{{
+		Name: "m", Devices: []annotations.DeviceAssignment{{UUID: uuidOf("n3", 0), ID: uuidOf("n3", 0), MemoryMiB: 100, Cores: 100}}}}})}
+	h := newHarness(t, harnessOptions{},
+		gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 2}),
+		gpuNode(nodeSpec{name: "n2", model: a40, memMiB: 100, count: 2}),
+		gpuNode(nodeSpec{name: "n3", model: a40, memMiB: 100, count: 2}), held)
+	cases := []struct {
+		ann  map[string]string
+		fit  []string
+		fail map[string]string
+	}{
+		// n1 and n2 alike; n3 has 1 of 2 cards held.
+		{nil, []string{"n1", "n2"}, map[string]string{"n3": "needs 2 free cards, 1 of 2 is free"}},
+		// Only n2 has GPU-n2-1.
+		{map[string]string{annotations.UseGPUUUID: uuidOf("n2", 0) + "," + uuidOf("n2", 1)}, []string{"n2"}, nil},
+	}
+	for _, c := range cases {
+		res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{
+			Pod: gpuPod("p", c.ann, ctr{name: "m", gpu: 2}), NodeNames: names("n1", "n2", "n3")}))
+		if diff := cmp.Diff(c.fit, *res.NodeNames); diff != "" {
+			t.Errorf("%v: fit (-want +got):\n%s", c.ann, diff)
+		}
+		if c.fail != nil {
+			if diff := cmp.Diff(c.fail, map[string]string(res.FailedNodes)); diff != "" {
+				t.Errorf("%v: failed (-want +got):\n%s", c.ann, diff)
+			}
+		}
+	}
+}
