@@ -21,6 +21,8 @@
 //     pod's policies (its annotations override the defaults) once per pod.
 //   - Pod.Fit(*NodeState, *TaskMix) (*Plan, *Reason): the cards of every GPU container, or a typed
 //     Reason (Reason.String for people, Reason.Unresolvable when only other cards could help).
+//   - Pod.FitWith / Pod.ScoreWith take a *Scratch (zero value ready, one per goroutine) whose
+//     buffers they reuse: no allocation per node; the plan is valid until the scratch's next use.
 //   - Pod.Score(*NodeState, *Plan, *TaskMix) float64: 0..MaxScore by the node policy.
 //     ExtenderScore rounds it for the extender API; Candidate.Better breaks ties by node name.
 //   - Plan.Assignment(*NodeState) annotations.Assignment renders the record the extender writes:

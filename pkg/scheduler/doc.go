@@ -1,0 +1,30 @@
+// Package scheduler is Cardinal's kube-scheduler HTTP extender: an informer-fed Cache of every GPU
+// node's cards and what pods hold on them, the HTTP layer (gin) that answers kube-scheduler's
+// filter, prioritize and bind calls (extender API v1, nodeCacheCapable), and Run, which wires them
+// to a cluster. The placement decisions themselves are the pure functions of package core.
+//
+// # Cache
+//
+// NewCache(names, schedulerName) is fed UpsertNode/DeleteNode (Nodes with cardinal.io/gpu-inventory)
+// and UpsertPod/DeletePod (pods with cardinal.io/gpu-assignment or cardinal.io/gpu-allocated). A
+// pod holds its devices while it is bound and not Succeeded/Failed (terminating pods keep them);
+// the allocation record wins over the assignment where they differ, and pods known only from
+// the device plugin's PodResources records count with their request (or the whole card). Evaluate
+// decides a pod on named nodes (cost grows with the names: one map lookup and one core.FitWith
+// per node, nodes in the same state decided once); Reserve re-decides on one node under the write
+// lock and holds the devices until the informer shows the pod bound or Release is called.
+//
+// A GPU container is in flight from Reserve until its allocation record appears (and while its pod
+// is Pending). Reserve refuses (ErrInFlight) to put a container beside an in-flight container of
+// the same device count that is not interchangeable with it (same request, each selector accepting
+// the other's cards); Evaluate reports such nodes with core.ReasonInFlight when another node fits.
+//
+// # HTTP
+//
+// NewServer(cache, ServerOptions) and Server.Handler serve POST /filter, /prioritize, /bind and
+// GET /healthz, /readyz, /metrics. Bodies are read through one size-limited decoder; pods without
+// GPU requests pass through untouched. Bind writes the assignment, then posts the Binding; on any
+// failure it releases the reservation and records a GPUBindFailed event on the pod.
+//
+// Run(ctx, Config) starts the informers, the event broadcaster and the server until ctx is done.
+package scheduler
