@@ -17,10 +17,17 @@ type Machine struct {
 	MemoryGiB float64
 	OS        string
 	Go        string
+	// Load is /proc/loadavg's 1-, 5- and 15-minute load averages when the run started (others'
+	// work on a shared machine shows there).
+	Load string
 }
 
 func (m Machine) String() string {
-	return fmt.Sprintf("%s, %d cores, %.1f GiB memory, %s, %s", m.CPU, m.Cores, m.MemoryGiB, m.OS, m.Go)
+	s := fmt.Sprintf("%s, %d cores, %.1f GiB memory, %s, %s", m.CPU, m.Cores, m.MemoryGiB, m.OS, m.Go)
+	if m.Load != "" {
+		s += ", load average " + m.Load + " at the start"
+	}
+	return s
 }
 
 // ThisMachine reads /proc/cpuinfo and /proc/meminfo (fields it cannot read stay empty).
@@ -29,6 +36,9 @@ func ThisMachine() Machine {
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		m.CPU = cpuModel(f)
 		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.Load = loadAverages(string(b))
 	}
 	if f, err := os.Open("/proc/meminfo"); err == nil {
 		m.MemoryGiB = memTotalGiB(f)
@@ -62,4 +72,13 @@ func memTotalGiB(r io.Reader) float64 {
 		}
 	}
 	return 0
+}
+
+// loadAverages is the first three fields of /proc/loadavg; "" when there are fewer.
+func loadAverages(s string) string {
+	f := strings.Fields(s)
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }

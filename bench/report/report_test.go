@@ -139,6 +139,12 @@ func TestMachineParsers(t *testing.T) {
 	if mem < 23.53 || mem > 23.55 {
 		t.Errorf("memory = %v GiB, want 23.54", mem)
 	}
+	if got := loadAverages("25.74 20.14 19.38 3/1234 5678\n"); got != "25.74 20.14 19.38" {
+		t.Errorf("load = %q", got)
+	}
+	if got := loadAverages("1.0"); got != "" {
+		t.Errorf("load of a short line = %q, want empty", got)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {
