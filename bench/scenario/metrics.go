@@ -15,8 +15,15 @@ import (
 // Metrics is one scrape of a Prometheus text endpoint, by family name.
 type Metrics map[string]*dto.MetricFamily
 
-// ParseMetrics decodes the Prometheus text format.
-func ParseMetrics(text []byte) (Metrics, error) {
+// ParseMetrics decodes the Prometheus text format. A panic of the parser is an error: the text
+// parser of prometheus/common v0.66.1 dereferences nil on a sample line that starts with '{' after a
+// comment (found by FuzzParseMetrics; its corpus keeps the input).
+func ParseMetrics(text []byte) (ms Metrics, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ms, err = nil, fmt.Errorf("parse metrics: the parser panicked: %v", r)
+		}
+	}()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {

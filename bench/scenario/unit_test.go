@@ -186,3 +186,21 @@ func TestParseCPUTime(t *testing.T) {
 		t.Error("this process has used no CPU time")
 	}
 }
+
+func FuzzParseMetrics(f *testing.F) {
+	f.Add([]byte("# TYPE x histogram\nx_bucket{le=\"1\"} 1\nx_bucket{le=\"+Inf\"} 2\nx_sum 3\nx_count 2\n"))
+	f.Add([]byte("apiserver_request_total{resource=\"nodes\",verb=\"PATCH\"} 4\n"))
+	f.Fuzz(func(t *testing.T, text []byte) {
+		ms, err := ParseMetrics(text)
+		if err != nil {
+			return
+		}
+		for name := range ms {
+			q := Quantile(0.99, ms.Histogram(name, nil))
+			if q < 0 {
+				t.Errorf("%s: quantile %v below every bucket", name, q)
+			}
+			_ = ms.Sum(name, map[string]string{"a": "b"})
+		}
+	})
+}
