@@ -182,8 +182,17 @@ func TestParseCPUTime(t *testing.T) {
 	if got := parseCPUTime("garbage"); got != 0 {
 		t.Errorf("parseCPUTime(garbage) = %v, want 0", got)
 	}
-	if cpuTime(os.Getpid()) <= 0 {
-		t.Error("this process has used no CPU time")
+	// This process's own stat: work until it has used a tick of CPU, which it must then report.
+	sum := 0
+	for i := 0; cpuTime(os.Getpid()) == 0; i++ {
+		if i == 1e9 {
+			t.Fatal("this process reports no CPU time after a billion iterations of work")
+		}
+		sum += i % 7
+	}
+	_ = sum
+	if got := cpuTime(1 << 30); got != 0 {
+		t.Errorf("cpuTime of a process that does not exist = %v, want 0", got)
 	}
 }
 
