@@ -56,6 +56,7 @@ func run() error {
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, a CPU profile and test binary per benchmark go here (go tool pprof <bin> <profile>)")
 	fs.StringVar(&cfg.Go, "go", "go", "the go command")
 	fs.StringArrayVar(&cfg.Notes, "note", nil, "a note added under the table (repeatable)")
+	fs.StringVar(&cfg.FromRaw, "from-raw", "", "run nothing: make the table again from this raw output file (as --raw writes it)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil

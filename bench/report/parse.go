@@ -15,7 +15,7 @@ import (
 // Result is one line of go test -bench output.
 type Result struct {
 	// Name is the benchmark's full name without the -GOMAXPROCS suffix, e.g.
-	// "BenchmarkS1/nodes=5000/names=500".
+	// "BenchmarkFilterPrioritize/nodes=5000/names=500".
 	Name       string
 	Iterations int64
 	// Metrics are the line's values by unit ("ns/op", "allocs/op", "p99-ms", ...).

@@ -21,9 +21,9 @@ func TestParse(t *testing.T) {
 	}{
 		{
 			name: "result lines with custom metrics; GOMAXPROCS suffix dropped; other lines ignored",
-			in: "goos: linux\nBenchmarkS1/nodes=5000/names=500-2   \t       1\t 123456 ns/op\t 0.25 p50-ms\t 0.9 p99-ms\t 812 allocs/call\n" +
+			in: "goos: linux\nBenchmarkFilterPrioritize/nodes=5000/names=500-2   \t       1\t 123456 ns/op\t 0.25 p50-ms\t 0.9 p99-ms\t 812 allocs/call\n" +
 				"    smoke_test.go:1: a log line\nPASS\nok  \tgithub.com/x\t1.2s\n",
-			want: []Result{{Name: "BenchmarkS1/nodes=5000/names=500", Iterations: 1,
+			want: []Result{{Name: "BenchmarkFilterPrioritize/nodes=5000/names=500", Iterations: 1,
 				Metrics: map[string]float64{"ns/op": 123456, "p50-ms": 0.25, "p99-ms": 0.9, "allocs/call": 812}}},
 		},
 		{
@@ -82,8 +82,8 @@ func FuzzParse(f *testing.F) {
 func TestRowsVerdicts(t *testing.T) {
 	results := []Result{
 		// 500 names: p99 0.8 ≤ 1 ms meets; 5000 names: p99 3.5 > 3 ms misses.
-		{Name: "BenchmarkS1/nodes=5000/names=500", Metrics: map[string]float64{"p50-ms": 0.5, "p99-ms": 0.8, "allocs/call": 900}},
-		{Name: "BenchmarkS1/nodes=5000/names=5000", Metrics: map[string]float64{"p50-ms": 2, "p99-ms": 3.5}},
+		{Name: "BenchmarkFilterPrioritize/nodes=5000/names=500", Metrics: map[string]float64{"p50-µs": 500, "p99-µs": 800, "allocs/op": 900}},
+		{Name: "BenchmarkFilterPrioritize/nodes=5000/names=5000", Metrics: map[string]float64{"p50-µs": 2000, "p99-µs": 3500}},
 		// 140 / 200 = 0.70: meets exactly.
 		{Name: "BenchmarkS2", Metrics: map[string]float64{"cardinal-pods/s": 140, "plain-pods/s": 200, "ratio": 0.70, "nodes": 1000, "pods": 5000}},
 		// 1 bind error misses although 2.1 s ≤ 5 s.
@@ -188,7 +188,7 @@ func TestRunWritesTheTable(t *testing.T) {
 	}
 	out := filepath.Join(dir, "latest.md")
 	var log bytes.Buffer
-	cfg := Config{Size: "tiny", Only: []string{"S3"}, Out: out, Root: dir, Go: fake, Log: &log, Now: time.Now}
+	cfg := Config{Size: "tiny", Only: []string{"S3"}, Out: out, Raw: filepath.Join(dir, "raw.txt"), Root: dir, Go: fake, Log: &log, Now: time.Now}
 	if err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -201,5 +201,19 @@ func TestRunWritesTheTable(t *testing.T) {
 	}
 	if strings.Contains(string(page), "| S1 |") {
 		t.Errorf("page has a row of a scenario not asked for:\n%s", page)
+	}
+
+	// The raw output makes the same table again, with the run's own date and commit.
+	again := cfg
+	again.Out, again.FromRaw, again.Now = filepath.Join(dir, "again.md"), cfg.Raw, func() time.Time { return time.Time{} }
+	if err := Run(context.Background(), again); err != nil {
+		t.Fatal(err)
+	}
+	page2, err := os.ReadFile(again.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(page), string(page2)); diff != "" {
+		t.Errorf("table made again from the raw output differs (-first +again):\n%s", diff)
 	}
 }

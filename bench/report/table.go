@@ -69,8 +69,8 @@ func within(v, limit float64) string {
 	return Misses
 }
 
-// s1Name parses "BenchmarkS1/nodes=N/names=M".
-var s1Name = regexp.MustCompile(`^BenchmarkS1/nodes=(\d+)/names=(\d+)$`)
+// s1Name parses "BenchmarkFilterPrioritize/nodes=N/names=M" (pkg/scheduler's S1 benchmarks).
+var s1Name = regexp.MustCompile(`^BenchmarkFilterPrioritize/nodes=(\d+)/names=(\d+)$`)
 
 // hamiS1 is HAMi's /filter p50 in ms (BENCHMARKS.md's anchor) by cluster nodes and names.
 var hamiS1 = map[[2]int]float64{{1000, 1000}: 92, {5000, 5000}: 456, {5000, 500}: 135}
@@ -80,7 +80,7 @@ var hamiS1 = map[[2]int]float64{{1000, 1000}: 92, {5000, 5000}: 456, {5000, 500}
 func Rows(results []Result) []Row {
 	ix := newIndex(results)
 	var rows []Row
-	rows = append(rows, s1Rows(results)...)
+	rows = append(rows, s1Rows(results, ix)...)
 	rows = append(rows, s2Rows(ix)...)
 	rows = append(rows, s3Rows(ix)...)
 	rows = append(rows, s4Rows(ix)...)
@@ -89,7 +89,7 @@ func Rows(results []Result) []Row {
 	return rows
 }
 
-func s1Rows(results []Result) []Row {
+func s1Rows(results []Result, ix index) []Row {
 	type c struct {
 		nodes, names int
 		r            Result
@@ -115,9 +115,13 @@ func s1Rows(results []Result) []Row {
 	})
 	var rows []Row
 	for _, k := range cases {
-		p50, p99, allocs := k.r.Metrics["p50-ms"], k.r.Metrics["p99-ms"], k.r.Metrics["allocs/call"]
+		p50, p99 := k.r.Metrics["p50-µs"]/1000, k.r.Metrics["p99-µs"]/1000
+		measured := fmt.Sprintf("p50 %.2f ms, p99 %.2f ms, %.0f allocs/op, CPU %.2f ms/op", p50, p99, k.r.Metrics["allocs/op"], k.r.Metrics["cpu-µs/op"]/1000)
+		if f, ok := ix.metric(strings.Replace(k.r.Name, "FilterPrioritize", "Filter", 1), "p99-µs"); ok {
+			measured += fmt.Sprintf(" (filter alone p99 %.2f ms)", f/1000)
+		}
 		row := Row{Scenario: "S1", What: fmt.Sprintf("filter+prioritize, %d nodes × 8 GPUs half used, %d names", k.nodes, k.names),
-			Measured: fmt.Sprintf("p50 %.2f ms, p99 %.2f ms, %.0f allocs/call", p50, p99, allocs), Verdict: Info, Target: "(shows growth)"}
+			Measured: measured, Verdict: Info, Target: "(shows growth)"}
 		switch {
 		case k.names <= 500:
 			row.Target, row.Verdict = "p99 ≤ 1 ms", within(p99, 1)

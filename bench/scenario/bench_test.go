@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"flag"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -26,28 +25,6 @@ func params(b *testing.B) Params {
 	}
 	p.S2.ProfileDir, p.S2.ProfileFor = *s2ProfileDir, *s2ProfileFor
 	return p
-}
-
-// BenchmarkS1 reports, per case, the p50 and p99 of a filter+prioritize pair through the extender's
-// HTTP handler on loopback and the allocations per pair. Run with -benchtime 1x: each run makes
-// the size's number of calls per case.
-func BenchmarkS1(b *testing.B) {
-	p := params(b)
-	for _, c := range p.S1 {
-		b.Run(fmt.Sprintf("nodes=%d/names=%d", c.ClusterNodes, c.Names), func(b *testing.B) {
-			var r S1Result
-			for range b.N {
-				var err error
-				if r, err = S1(c, p.S1Calls); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(ms(r.P50), "p50-ms")
-			b.ReportMetric(ms(r.P99), "p99-ms")
-			b.ReportMetric(ms(r.FilterP99), "filter-p99-ms")
-			b.ReportMetric(r.AllocsPerCall, "allocs/call")
-		})
-	}
 }
 
 // BenchmarkS2 reports pods/s of plain kube-scheduler and of Cardinal in one run, their ratio and

@@ -1,8 +1,7 @@
-// Package scenario runs the speed scenarios of shared/BENCHMARKS.md that need more than one
-// package's benchmark: S1 (the extender's filter and prioritize through its HTTP handler), S2 (pods
-// per second through a real kube-scheduler, Cardinal against plain kube-scheduler in the same run),
-// S3 (many multi-GPU pods at once) and S6 (Node writes in steady state). S4 and S5 are the
-// benchmarks of pkg/webhook, test/integration/webhook and pkg/deviceplugin.
+// Package scenario runs the speed scenarios of shared/BENCHMARKS.md that need a whole test bed: S2
+// (pods per second through a real kube-scheduler, Cardinal against plain kube-scheduler in the same
+// run), S3 (many multi-GPU pods at once) and S6 (Node writes in steady state). S1, S4 and S5 are
+// the benchmarks of pkg/scheduler, pkg/webhook, test/integration/webhook and pkg/deviceplugin.
 //
 // Each scenario is a function taking a cluster.TB and a config and returning its figures; the
 // Benchmark* functions of this package report them with b.ReportMetric, and bench/ (make bench)

@@ -19,11 +19,9 @@ const (
 
 // Params are the sizes of every scenario.
 type Params struct {
-	S1      []S1Case
-	S1Calls int
-	S2      S2Config
-	S3      S3Config
-	S6      S6Config
+	S2 S2Config
+	S3 S3Config
+	S6 S6Config
 }
 
 // ParamsFor returns the sizes of s.
@@ -33,36 +31,21 @@ func ParamsFor(s Size) (Params, error) {
 	switch s {
 	case SizeTiny:
 		return Params{
-			S1:      []S1Case{{ClusterNodes: 50, GPUsPerNode: 8, Names: 10}},
-			S1Calls: 5,
-			S2:      S2Config{Nodes: 10, GPUsPerNode: 8, Pods: 20, CreateWorkers: 4, Idle: time.Minute},
-			S3:      S3Config{Nodes: 2, GPUsPerNode: 8, Pods: 10, GPUsPerPod: 2, Idle: time.Minute},
-			S6:      S6Config{Nodes: 4, GPUsPerNode: 8, Plugins: 2, Pods: 4, Settle: time.Second, Window: 2 * time.Second},
+			S2: S2Config{Nodes: 10, GPUsPerNode: 8, Pods: 20, CreateWorkers: 4, Idle: time.Minute},
+			S3: S3Config{Nodes: 2, GPUsPerNode: 8, Pods: 10, GPUsPerPod: 2, Idle: time.Minute},
+			S6: S6Config{Nodes: 4, GPUsPerNode: 8, Plugins: 2, Pods: 4, Settle: time.Second, Window: 2 * time.Second},
 		}, nil
 	case SizeSmall:
 		return Params{
-			S1: []S1Case{
-				{ClusterNodes: 1000, GPUsPerNode: 8, Names: 500},
-				{ClusterNodes: 5000, GPUsPerNode: 8, Names: 500},
-				{ClusterNodes: 5000, GPUsPerNode: 8, Names: 5000},
-			},
-			S1Calls: 200,
-			S2:      S2Config{Nodes: 100, GPUsPerNode: 8, Pods: 500, CreateWorkers: 32, Idle: time.Minute},
-			S3:      s3,
-			S6:      S6Config{Nodes: 100, GPUsPerNode: 8, Plugins: 5, Pods: 100, Settle: 5 * time.Second, Window: 30 * time.Second},
+			S2: S2Config{Nodes: 100, GPUsPerNode: 8, Pods: 500, CreateWorkers: 32, Idle: time.Minute},
+			S3: s3,
+			S6: S6Config{Nodes: 100, GPUsPerNode: 8, Plugins: 5, Pods: 100, Settle: 5 * time.Second, Window: 30 * time.Second},
 		}, nil
 	case SizeFull:
 		return Params{
-			S1: []S1Case{
-				{ClusterNodes: 1000, GPUsPerNode: 8, Names: 500},
-				{ClusterNodes: 1000, GPUsPerNode: 8, Names: 1000},
-				{ClusterNodes: 5000, GPUsPerNode: 8, Names: 500},
-				{ClusterNodes: 5000, GPUsPerNode: 8, Names: 5000},
-			},
-			S1Calls: 1000,
-			S2:      S2Config{Nodes: 1000, GPUsPerNode: 8, Pods: 5000, CreateWorkers: 64, Idle: 2 * time.Minute},
-			S3:      s3,
-			S6:      S6Config{Nodes: 1000, GPUsPerNode: 8, Plugins: 50, Pods: 1000, Settle: 20 * time.Second, Window: 10 * time.Minute},
+			S2: S2Config{Nodes: 1000, GPUsPerNode: 8, Pods: 5000, CreateWorkers: 64, Idle: 2 * time.Minute},
+			S3: s3,
+			S6: S6Config{Nodes: 1000, GPUsPerNode: 8, Plugins: 50, Pods: 1000, Settle: 20 * time.Second, Window: 10 * time.Minute},
 		}, nil
 	}
 	return Params{}, fmt.Errorf("unknown size %q (want %s, %s or %s)", s, SizeTiny, SizeSmall, SizeFull)

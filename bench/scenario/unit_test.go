@@ -159,7 +159,7 @@ func TestParamsFor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.S1) == 0 || p.S2.Pods == 0 || p.S3.Pods == 0 || p.S6.Window == 0 || p.S6.Plugins > p.S6.Nodes {
+		if p.S2.Pods == 0 || p.S3.Pods == 0 || p.S6.Window == 0 || p.S6.Plugins > p.S6.Nodes {
 			t.Errorf("%s: %+v is incomplete", s, p)
 		}
 	}

@@ -16,17 +16,6 @@ func TestScenariosRunTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("S1", func(t *testing.T) {
-		for _, c := range p.S1 {
-			r, err := scenario.S1(c, p.S1Calls)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Calls != p.S1Calls || r.P50 <= 0 || r.P99 < r.P50 || r.AllocsPerCall <= 0 {
-				t.Errorf("S1 %+v: result %+v is not whole", c, r)
-			}
-		}
-	})
 	t.Run("S3", func(t *testing.T) {
 		r := scenario.S3(t, p.S3)
 		// 2 nodes × ⌊8/2⌋ = 8 of the 10 two-card pods fit.
