@@ -65,6 +65,9 @@ func BenchmarkS3(b *testing.B) {
 	b.ReportMetric(float64(r.Pods), "pods")
 	b.ReportMetric(float64(r.Unschedulable), "unschedulable-events")
 	b.ReportMetric(float64(r.DoubleBooked), "double-booked")
+	b.ReportMetric(float64(p.S3.Nodes), "nodes")
+	b.ReportMetric(float64(p.S3.GPUsPerNode), "gpus/node")
+	b.ReportMetric(float64(p.S3.GPUsPerPod), "gpus/pod")
 }
 
 // BenchmarkS6 reports Node writes by Cardinal per minute in steady state, scaled to every node.
