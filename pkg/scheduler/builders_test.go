@@ -146,7 +146,8 @@ func newHarness(t *testing.T, o harnessOptions, objs ...runtime.Object) *harness
 		}
 	}
 	h := &harness{t: t, cache: cache, client: client, recorder: record.NewFakeRecorder(1000)}
-	// The fake tracker cannot apply a pods/binding create: do what the API server does.
+	// The fake tracker cannot apply a pods/binding create: do what the API server does (node name
+	// and the Binding's annotations, in one update).
 	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ca, ok := a.(k8stesting.CreateAction)
 		if !ok || ca.GetSubresource() != "binding" {
@@ -162,6 +163,12 @@ func newHarness(t *testing.T, o harnessOptions, objs ...runtime.Object) *harness
 			return true, nil, fmt.Errorf("pod %s is already bound to %s", pod.Name, pod.Spec.NodeName)
 		}
 		pod.Spec.NodeName = b.Target.Name
+		for k, v := range b.Annotations { // the API server copies a Binding's annotations onto the pod
+			if pod.Annotations == nil {
+				pod.Annotations = map[string]string{}
+			}
+			pod.Annotations[k] = v
+		}
 		if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, pod.Namespace); err != nil {
 			return true, nil, err
 		}

@@ -97,7 +97,9 @@ func (c *Config) client() (kubernetes.Interface, error) {
 	}
 	rc = rest.CopyConfig(rc)
 	if rc.QPS == 0 {
-		rc.QPS, rc.Burst = 200, 400 // binds patch and bind each pod: two writes per pod
+		// One write per bound pod; API Priority and Fairness, not a client-side limit, protects the
+		// API server. A limit of 200 requests/s (two writes per pod then) capped binding at 100 pods/s in S2.
+		rc.QPS, rc.Burst = 2000, 4000
 	}
 	return kubernetes.NewForConfig(rc)
 }

@@ -356,7 +356,7 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		return "error", fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if p == nil {
-		if err := s.postBinding(ctx, pod, args.Node); err != nil {
+		if err := s.postBinding(ctx, pod, args.Node, nil); err != nil {
 			return "error", err
 		}
 		return "bound", nil
@@ -381,27 +381,20 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 	return "bound", nil
 }
 
+// writeAndBind binds the pod with its assignment in one write: the API server copies a Binding's
+// annotations onto the pod in the same update that sets spec.nodeName, so a pod never carries an
+// assignment without its node (or the reverse), and each pod costs one request instead of two.
 func (s *Server) writeAndBind(ctx context.Context, pod *corev1.Pod, asg annotations.Assignment) error {
 	enc, err := annotations.EncodeAssignment(asg)
 	if err != nil {
 		return fmt.Errorf("encode assignment: %w", err)
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid":         pod.UID,
-		"annotations": map[string]string{annotations.GPUAssignment: enc},
-	}})
-	if err != nil {
-		return fmt.Errorf("build patch: %w", err)
-	}
-	if _, err := s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("write %s on pod %s/%s: %w", annotations.GPUAssignment, pod.Namespace, pod.Name, err)
-	}
-	return s.postBinding(ctx, pod, asg.Node)
+	return s.postBinding(ctx, pod, asg.Node, map[string]string{annotations.GPUAssignment: enc})
 }
 
-func (s *Server) postBinding(ctx context.Context, pod *corev1.Pod, node string) error {
+func (s *Server) postBinding(ctx context.Context, pod *corev1.Pod, node string, ann map[string]string) error {
 	b := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: ann},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	if err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
