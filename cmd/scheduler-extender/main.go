@@ -36,6 +36,7 @@ func run() error {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve the extender API, health and metrics on")
+	fs.StringVar(&cfg.ProbeListen, "probe-listen", "", "second address serving only /healthz, /readyz and /metrics (e.g. :8889 for kubelet probes on the pod IP); empty: none")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty uses the in-cluster service account")
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", cfg.SchedulerName, "kube-scheduler profile (schedulerName) whose pods this extender places")
 	fs.StringVar(&nodePolicy, "node-policy", string(cfg.NodePolicy), "default node policy for pods without cardinal.io/node-policy: binpack (fullest node first), spread (emptiest) or frag-aware (least added fragmentation for the requests seen)")

@@ -34,6 +34,9 @@ type Config struct {
 	Listen string
 	// Listener, when set, is used instead of Listen (tests pass one bound to a free port).
 	Listener net.Listener
+	// ProbeListen, when set, is a second address serving only /healthz, /readyz and /metrics, so the
+	// kubelet and Prometheus can reach them on the pod IP while the extender API stays on loopback.
+	ProbeListen string
 	// Kubeconfig is a kubeconfig path; empty means in-cluster. Ignored when RESTConfig or Client is set.
 	Kubeconfig string
 	// RESTConfig is used to build the client when Client is nil.
@@ -158,8 +161,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
+	servers := []*http.Server{httpSrv}
+	if cfg.ProbeListen != "" {
+		probeLn, err := net.Listen("tcp", cfg.ProbeListen)
+		if err != nil {
+			_ = httpSrv.Close()
+			return fmt.Errorf("probe listen: %w", err)
+		}
+		probeSrv := &http.Server{Handler: srv.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { serveErr <- probeSrv.Serve(probeLn) }()
+		servers = append(servers, probeSrv)
+		log.Info("serving probes", "address", probeLn.Addr().String())
+	}
 	log.Info("serving", "address", ln.Addr().String(), logging.KeyPolicy, string(cfg.NodePolicy), "gpuPolicy", string(cfg.GPUPolicy))
 
 	factory.Start(ctx.Done())
@@ -178,10 +193,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	var errs []error
+	for _, s := range servers {
+		if err := s.Shutdown(shutdownCtx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown: %w", err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func stripManagedFields(obj any) (any, error) {

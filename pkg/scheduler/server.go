@@ -137,6 +137,20 @@ func (s *Server) Handler() http.Handler {
 		return (*priorityList)(s.Prioritize(ctx, a.upstream()))
 	}))
 	r.POST("/bind", route(s, "bind", s.Bind))
+	s.probeRoutes(r)
+	return r
+}
+
+// ProbeHandler serves only /healthz, /readyz and /metrics: what may be exposed beyond loopback.
+func (s *Server) ProbeHandler() http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.Use(gin.Recovery())
+	s.probeRoutes(r)
+	return r
+}
+
+func (s *Server) probeRoutes(r *gin.Engine) {
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	r.GET("/readyz", func(c *gin.Context) {
 		if !s.ready() {
@@ -146,7 +160,6 @@ func (s *Server) Handler() http.Handler {
 		c.String(http.StatusOK, "ok")
 	})
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
-	return r
 }
 
 // errorResult is the body of a request the extender could not read.

@@ -304,3 +304,24 @@ func TestFilterIdenticalNodes(t *testing.T) {
 		}
 	}
 }
+
+func TestProbeHandlerServesOnlyProbesAndMetrics(t *testing.T) {
+	h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 1}))
+	probe := h.srv.ProbeHandler()
+	get := func(method, path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		probe.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader("{}")))
+		return w
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if w := get(http.MethodGet, path); w.Code != http.StatusOK {
+			t.Errorf("GET %s on the probe handler: %d, want 200", path, w.Code)
+		}
+	}
+	// The extender API (which writes pods) must not be reachable through the probe address.
+	for _, path := range []string{"/filter", "/prioritize", "/bind"} {
+		if w := get(http.MethodPost, path); w.Code != http.StatusNotFound {
+			t.Errorf("POST %s on the probe handler: %d, want 404", path, w.Code)
+		}
+	}
+}

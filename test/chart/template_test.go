@@ -40,7 +40,7 @@ const (
 // agreedFlags are the flags each binary takes (the interface agreed between the components); the
 // chart must pass nothing else.
 var agreedFlags = map[string][]string{
-	"extender":      {"listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy"},
+	"extender":      {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy"},
 	"webhook":       {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen"},
 }
@@ -185,8 +185,13 @@ func TestSchedulerDeployment(t *testing.T) {
 	if flags["listen"] != "127.0.0.1:8888" {
 		t.Errorf("extender --listen = %q, want loopback 127.0.0.1:8888", flags["listen"])
 	}
-	if len(ext.Ports) != 0 {
-		t.Errorf("extender exposes ports %v; it must stay on loopback", ext.Ports)
+	// Only the probe address is on the pod IP; the API (which writes pods) stays on loopback.
+	if flags["probe-listen"] != ":8889" || len(ext.Ports) != 1 || ext.Ports[0].ContainerPort != 8889 {
+		t.Errorf("extender --probe-listen = %q, ports %v; want :8889 and that one port", flags["probe-listen"], ext.Ports)
+	}
+	if ext.LivenessProbe == nil || ext.LivenessProbe.HTTPGet == nil || ext.LivenessProbe.HTTPGet.Path != "/healthz" ||
+		ext.ReadinessProbe == nil || ext.ReadinessProbe.HTTPGet == nil || ext.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("extender probes: liveness %+v readiness %+v; want /healthz and /readyz on the probe port", ext.LivenessProbe, ext.ReadinessProbe)
 	}
 	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("strategy %q with one replica (no leader election), want Recreate: two schedulers must not run side by side", d.Spec.Strategy.Type)
