@@ -168,6 +168,12 @@ func FuzzParseSelector(f *testing.F) {
 			checkKey(t, err, prefixes...)
 			return
 		}
+		// CheckLower agrees with Check on any card (here: the raw values as model and UUID).
+		for _, card := range [][2]string{{useT, useU}, {nouseT, nouseU}, {strings.ToUpper(useT), useU}} {
+			if a, b := s.Check(card[0], card[1]), s.CheckLower(strings.ToLower(card[0]), card[1]); a != b {
+				t.Fatalf("Check(%q, %q) = %v but CheckLower = %v", card[0], card[1], a, b)
+			}
+		}
 		// Written back as annotations, the parsed selector parses to itself.
 		back := map[string]string{}
 		put := func(k string, v []string) {
