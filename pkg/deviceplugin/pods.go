@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,13 +91,16 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) 
 			if !ok {
 				q, ok = cs[i].Resources.Requests[names.GPU]
 			}
-			if !ok || q.Value() <= 0 {
+			if !ok {
 				continue
 			}
-			n := int(q.Value())
-			if n > annotations.MaxGPUsPerContainer {
-				n = annotations.MaxGPUsPerContainer
+			// The count alone, through the contract's parser: a pod Cardinal did not schedule may ask
+			// for more than a Cardinal pod may, and the kubelet still hands it that many devices.
+			v, _, perr := annotations.ParseQuantity(string(names.GPU), q, 0, math.MaxInt32)
+			if perr != nil || v == 0 {
+				continue
 			}
+			n := int(v)
 			e.Order = append(e.Order, containerCount{Name: cs[i].Name, Count: n})
 			if r, err := annotations.ParseContainerRequest(&cs[i], names); err == nil {
 				r.Init = init
