@@ -71,7 +71,10 @@ BENCH_SIZE      ?= small
 BENCH_S6_WINDOW ?=
 BENCH_ONLY      ?=
 
-.PHONY: bench
+.PHONY: bench replay
+replay: ## Replay the Alibaba GPU trace through the decision core (REPLAY_FLAGS, e.g. --policies binpack,frag-aware --format markdown).
+	$(GO) run ./bench/replay $(REPLAY_FLAGS)
+
 bench: testbed-bins ## Run the speed benchmarks S1-S6 and write bench/results/latest.md (BENCH_SIZE=tiny|small|full, BENCH_ONLY=S2,S3, BENCH_S6_WINDOW=5m).
 	$(GO) run ./bench --size $(BENCH_SIZE) --out bench/results/latest.md --raw bench/results/latest-raw.txt \
 	  $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) $(if $(BENCH_S6_WINDOW),--s6-window $(BENCH_S6_WINDOW))
