@@ -11,11 +11,10 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/kubeconfig"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 	"github.com/cardinal-gpu/cardinal/pkg/webhook"
 )
@@ -43,7 +42,7 @@ func main() {
 func run() error {
 	cfg := webhook.Config{Resources: annotations.DefaultResourceNames()}
 	logOpts := logging.Options{}
-	var kubeconfig string
+	var kubeconfigPath string
 	fs := pflag.NewFlagSet("webhook", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, help)
@@ -53,7 +52,7 @@ func run() error {
 	fs.StringVar(&cfg.CertDir, "cert-dir", "/etc/cardinal/webhook/certs", "folder holding tls.crt and tls.key for --listen; reloaded when they change")
 	fs.StringVar(&cfg.HealthListen, "health-listen", ":8081", "address of /healthz and /readyz (ready once serving and the nodes are listed); empty disables")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":8080", "address of /metrics (admission latency, decisions by outcome); empty disables")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
+	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", "cardinal-scheduler", "scheduler profile GPU pods are sent to")
 	fs.StringSliceVar(&cfg.TrustedServiceAccounts, "trusted-service-accounts", nil,
 		"comma list of system:serviceaccount:<namespace>:<name> allowed to add, change or remove Cardinal's internal pod annotations (the extender's and the device plugin's)")
@@ -73,7 +72,7 @@ func run() error {
 	ctrllog.SetLogger(log)
 	cfg.Logger = log
 
-	rc, err := restConfig(kubeconfig)
+	rc, err := kubeconfig.Load(kubeconfigPath)
 	if err != nil {
 		return err
 	}
@@ -84,19 +83,4 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return webhook.Run(ctx, cfg)
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-	}
-	return rc, nil
 }

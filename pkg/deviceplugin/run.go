@@ -30,15 +30,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
 	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
+	"github.com/cardinal-gpu/cardinal/pkg/kubeconfig"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
 
@@ -158,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	client := cfg.Client
 	if client == nil {
-		rc, err := restConfig(cfg.Kubeconfig)
+		rc, err := kubeconfig.Load(cfg.Kubeconfig)
 		if err != nil {
 			return err
 		}
@@ -276,21 +275,6 @@ func upsert(p *Plugin, o any) {
 	if pod, ok := o.(*corev1.Pod); ok {
 		p.UpsertPod(pod)
 	}
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-	}
-	return rc, nil
 }
 
 func httpHandler(m *metrics, ready func() bool) http.Handler {

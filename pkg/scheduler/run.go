@@ -20,10 +20,10 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/kubeconfig"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
 )
@@ -89,13 +89,8 @@ func (c *Config) client() (kubernetes.Interface, error) {
 	rc := c.RESTConfig
 	if rc == nil {
 		var err error
-		if c.Kubeconfig == "" {
-			rc, err = rest.InClusterConfig()
-		} else {
-			rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
+		if rc, err = kubeconfig.Load(c.Kubeconfig); err != nil {
+			return nil, err
 		}
 	}
 	rc = rest.CopyConfig(rc)
@@ -210,43 +205,34 @@ func stripManagedFields(obj any) (any, error) {
 }
 
 func nodeHandler(c *Cache) toolscache.ResourceEventHandler {
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { upsertNode(c, obj) },
-		UpdateFunc: func(_, obj any) { upsertNode(c, obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				c.DeleteNode(n.Name)
-			}
-		},
-	}
-}
-
-func upsertNode(c *Cache, obj any) {
-	if n, ok := obj.(*corev1.Node); ok {
-		c.UpsertNode(n)
-	}
+	return eventHandler(c.UpsertNode, func(n *corev1.Node) { c.DeleteNode(n.Name) })
 }
 
 func podHandler(c *Cache) toolscache.ResourceEventHandler {
+	return eventHandler(c.UpsertPod, func(p *corev1.Pod) { c.DeletePod(p.UID) })
+}
+
+// eventHandler calls upsert for added and updated objects of type T and remove for deleted ones,
+// unwrapping the informer's tombstones.
+func eventHandler[T any](upsert, remove func(T)) toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { upsertPod(c, obj) },
-		UpdateFunc: func(_, obj any) { upsertPod(c, obj) },
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				upsert(o)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if o, ok := obj.(T); ok {
+				upsert(o)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				c.DeletePod(p.UID)
+			if o, ok := obj.(T); ok {
+				remove(o)
 			}
 		},
-	}
-}
-
-func upsertPod(c *Cache, obj any) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		c.UpsertPod(p)
 	}
 }
