@@ -49,6 +49,7 @@ func run() error {
 	numaSplit := fs.Bool("numa-split", true, "synthesise two NUMA nodes on nodes with an even number (4 or more) of cards, half the cards each; false puts every card on NUMA node 0")
 	shares := fs.Int("shares", 0, "device IDs per card (annotations.GPU.Shares); 0 picks floor(1000 / smallest fractional gpu_milli), which never limits before memory and compute")
 	ignoreHost := fs.Bool("ignore-host", false, "diagnostic, not the protocol: let every pod fit every node's CPU and memory, to see what the GPU placement alone achieves")
+	coreHost := fs.Bool("core-host", true, "give the core the nodes' and pods' CPU and memory (NodeState.Host, Pod.Host, the mix's classes); false hides them from it as before it knew them (the replay still checks them)")
 	parallel := fs.Int("parallel", 0, "seeds replayed at once; 0 means GOMAXPROCS")
 	format := fs.String("format", string(sim.FormatText), `output: "text" (aligned table) or "markdown"`)
 	perSeed := fs.Bool("per-seed", false, "also print one line per seed")
@@ -91,6 +92,6 @@ func run() error {
 		NodesFile: *nodes, PodsFiles: *pods, Pairs: pairs, Seeds: seedList,
 		Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods), Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit),
 		Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
-		Parallel:  *parallel, IgnoreHost: *ignoreHost, Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
+		Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost, Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
 	}, os.Stdout)
 }

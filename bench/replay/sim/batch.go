@@ -44,7 +44,9 @@ type BatchConfig struct {
 	Synthesis       Synthesis
 	Parallel        int
 	IgnoreHost      bool
-	Format          Format
+	// HideHostFromCore is Config.HideHostFromCore.
+	HideHostFromCore bool
+	Format           Format
 	// PerSeed prints one line per seed as well.
 	PerSeed bool
 	Log     logr.Logger
@@ -137,7 +139,7 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 		}
 		for _, pair := range c.Pairs {
 			res, err := Run(ctx, Config{Nodes: nodes, Pods: pods, NodePolicy: pair[0], GPUPolicy: pair[1], Seeds: c.Seeds,
-				Arrival: c.Arrival, FragAt: c.FragAt, CPUPods: c.CPUPods, Scoring: c.Scoring, KubeFit: c.KubeFit, Synthesis: c.Synthesis, Parallel: c.Parallel, IgnoreHost: c.IgnoreHost})
+				Arrival: c.Arrival, FragAt: c.FragAt, CPUPods: c.CPUPods, Scoring: c.Scoring, KubeFit: c.KubeFit, Synthesis: c.Synthesis, Parallel: c.Parallel, IgnoreHost: c.IgnoreHost, HideHostFromCore: c.HideHostFromCore})
 			if err != nil {
 				return fmt.Errorf("%s with %s/%s: %w", pf, pair[0], pair[1], err)
 			}

@@ -86,6 +86,11 @@ type Config struct {
 	// IgnoreHost drops CPU and memory from the replay (every pod fits every node's CPU and memory):
 	// a diagnostic that shows what the GPU placement alone achieves, not the protocol.
 	IgnoreHost bool
+	// HideHostFromCore keeps nodes' and pods' CPU and memory from the core (as before the core knew
+	// them: NodeState.Host unknown, Pod.Host and the mix's host requests zero); the replay still
+	// checks CPU and memory itself. By default the core sees them: NodeState.SetHost with the node's
+	// cpu_milli and memory_mib, core.Decider.PrepareHost and TaskMix.AddPodHost with the pod's.
+	HideHostFromCore bool
 	// Record keeps, for every arrival, the index (in name order) of the node the pod went to, or -1.
 	Record bool
 	// NodeByNode asks the core about every node instead of once per distinct card state (slow;
@@ -196,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if specs[i].request.Empty() {
 			continue
 		}
-		if prepared[i], err = decider.Prepare(specs[i].request, specs[i].selector); err != nil {
+		if prepared[i], err = decider.PrepareHost(specs[i].request, specs[i].selector, cfg.podHost(specs[i].row)); err != nil {
 			return nil, fmt.Errorf("pod %s: %w", specs[i].row.Name, err)
 		}
 	}
@@ -235,6 +240,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// coreHost reports whether the core sees CPU and memory.
+func (c *Config) coreHost() bool { return !c.IgnoreHost && !c.HideHostFromCore }
+
+// podHost is the host request the core sees for pod p (zero when it sees none).
+func (c *Config) podHost(p *trace.Pod) core.HostRequest {
+	if !c.coreHost() {
+		return core.HostRequest{}
+	}
+	return core.HostRequest{CPUMilli: p.CPUMilli, MemMiB: p.MemoryMiB}
+}
+
+// hostInKey reports whether node groups must also share CPU and memory: only when the core sees
+// them and a policy reads them (frag-aware); binpack and spread scores do not depend on them, and the
+// replay checks CPU and memory per node before asking the core.
+func (c *Config) hostInKey() bool {
+	return c.coreHost() && (c.NodePolicy == annotations.PolicyFragAware || c.GPUPolicy == annotations.PolicyFragAware)
 }
 
 // simNode is one node during a replay.
@@ -285,6 +308,9 @@ func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
 		r.sim[i] = simNode{name: n.Name, cpuCap: n.CPUMilli, memCap: n.MemoryMiB, cpuFree: n.CPUMilli, memFree: n.MemoryMiB,
 			model: n.Model, usedMilli: make([]int64, n.GPUs), state: core.NewNodeState(n.Name, r.invs[i]), group: -1,
 			ignoreHost: r.cfg.IgnoreHost}
+		if r.cfg.coreHost() {
+			r.sim[i].state.SetHost(n.CPUMilli, n.MemoryMiB)
+		}
 		r.regroup(i)
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -351,7 +377,7 @@ func (n *simNode) fitsHost(p *trace.Pod) bool {
 // placeGPU places a GPU pod where Cardinal would and returns the node, or -1 when it fits nowhere.
 func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 	// The mix is what the cluster has seen: every GPU pod that arrived, this one included.
-	r.mix.AddPod(&spec.request, &spec.selector)
+	r.mix.AddPodHost(&spec.request, &spec.selector, r.cfg.podHost(spec.row))
 	best, bestScore := -1, core.Candidate{}
 	offer := func(ni int, score float64) {
 		c := core.Candidate{Name: r.sim[ni].name, Score: score}
@@ -468,6 +494,10 @@ func (r *replay) placeCPU(spec *podSpec) int {
 	}
 	r.sim[best].cpuFree -= spec.row.CPUMilli
 	r.sim[best].memFree -= spec.row.MemoryMiB
+	if r.cfg.coreHost() {
+		r.sim[best].state.HoldHost(core.HostRequest{CPUMilli: spec.row.CPUMilli, MemMiB: spec.row.MemoryMiB})
+		r.regroup(best)
+	}
 	return best
 }
 
@@ -490,6 +520,10 @@ func (r *replay) regroup(ni int) {
 		b = binary.AppendVarint(b, int64(c.Whole))
 		b = binary.AppendVarint(b, int64(c.Shares))
 		b = binary.AppendVarint(b, int64(c.NUMA))
+	}
+	if r.cfg.hostInKey() {
+		b = binary.AppendVarint(b, n.state.Host.FreeCPUMilli())
+		b = binary.AppendVarint(b, n.state.Host.FreeMemMiB())
 	}
 	r.keyBuf = b
 	if n.group >= 0 {

@@ -39,6 +39,10 @@ type Pod struct {
 	// NodePolicy and GPUPolicy are the policies in force (the pod's, else the Decider's).
 	NodePolicy annotations.Policy
 	GPUPolicy  annotations.Policy
+	// Host is the pod's CPU and memory request (zero: none, or not known). Fit refuses a node whose
+	// known CPU or memory cannot hold it; Plan.Host carries it so that Apply accounts it; the
+	// fragmentation-aware policy weighs the node's CPU and memory after it. Set by PrepareHost.
+	Host HostRequest
 
 	nodeScore NodeScoreFunc
 	card      CardStrategy
@@ -63,6 +67,17 @@ func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) 
 	if p.card, err = lookup(cardStrategies, p.GPUPolicy, "gpu"); err != nil {
 		return nil, fmt.Errorf("%s: %w", annotations.GPUPolicy, err)
 	}
+	return p, nil
+}
+
+// PrepareHost is Prepare for a pod that also requests host CPU (millicores) and memory (MiB), as
+// kube-scheduler's NodeResourcesFit counts them (the pod's effective requests).
+func (d *Decider) PrepareHost(req annotations.PodRequest, sel annotations.Selector, host HostRequest) (*Pod, error) {
+	p, err := d.Prepare(req, sel)
+	if err != nil {
+		return nil, err
+	}
+	p.Host = HostRequest{CPUMilli: max(host.CPUMilli, 0), MemMiB: max(host.MemMiB, 0)}
 	return p, nil
 }
 
@@ -91,6 +106,8 @@ type Plan struct {
 	Containers []ContainerPlan
 	// Devices are the distinct device IDs the pod holds on the node.
 	Devices []Device
+	// Host is the pod's CPU and memory (Pod.Host), which Apply adds to the node.
+	Host HostRequest
 }
 
 // After returns the usage of card i of n once the plan is applied.
@@ -212,7 +229,12 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	f := &s.f
 	f.pod, f.node, f.mix = p, n, mix
 	f.plan0.Containers, f.plan0.Devices = f.plan0.Containers[:0], f.plan0.Devices[:0]
+	f.plan0.Host = p.Host
 	f.plan = &f.plan0
+	if !n.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, HostRequest{}) {
+		return nil, &Reason{Kind: ReasonHost, HostNeed: p.Host, HostFree: HostRequest{CPUMilli: n.Host.FreeCPUMilli(), MemMiB: n.Host.FreeMemMiB()},
+			HostAlloc: HostRequest{CPUMilli: n.Host.AllocCPUMilli, MemMiB: n.Host.AllocMemMiB}}
+	}
 	f.ok = resize(f.ok, len(n.Cards))
 	f.extra = resize(f.extra, len(n.Cards))
 	total := 0
@@ -354,7 +376,7 @@ func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason
 
 // cardScore runs the card strategy on the scratch's CardInput (no allocation per card).
 func (f *fit) cardScore(card *Card, before, after Usage, c *annotations.ContainerRequest) float64 {
-	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix}
+	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix, Host: f.pod.Host}
 	return f.pod.card.Score(&f.in)
 }
 

@@ -9,6 +9,10 @@
 //   - NodeState.Hold / Unhold(Holding) add and remove what records say is held (HoldingFromID
 //     parses a device ID); Apply / Release(*Plan) do the same for a plan decided on that node;
 //     Holdings(*Plan) converts a plan to holdings; Clone copies; Utilization is the mean card use.
+//   - NodeState.Host (HostState: allocatable and used CPU in millicores, memory in MiB) is optional:
+//     SetHost(cpu, mem) makes a resource known (0 leaves it unknown, and an unknown resource is
+//     ignored exactly as before the core knew any); HoldHost / UnholdHost(HostRequest) add and remove
+//     what pods hold; Apply / Release account Plan.Host.
 //   - Card embeds annotations.GPU and Usage (MemMiB, Cores, Held device IDs, Whole holders) with
 //     FreeMemMiB, FreeCores, FreeSlots, Slots, Utilization(Usage) and DeviceID(slot).
 //
@@ -18,9 +22,11 @@
 //     wraps ErrUnknownPolicy, a known one without a strategy wraps ErrPolicyNotImplemented.
 //     binpack, spread and frag-aware (fragaware.go) are implemented.
 //   - Decider.Prepare(annotations.PodRequest, annotations.Selector) (*Pod, error) resolves the
-//     pod's policies (its annotations override the defaults) once per pod.
+//     pod's policies (its annotations override the defaults) once per pod. PrepareHost does the same
+//     for a pod with a CPU and memory request (Pod.Host, a HostRequest; zero asks nothing).
 //   - Pod.Fit(*NodeState, *TaskMix) (*Plan, *Reason): the cards of every GPU container, or a typed
 //     Reason (Reason.String for people, Reason.Unresolvable when only other cards could help).
+//     ReasonHost: the node's known CPU or memory cannot hold Pod.Host (checked before the cards).
 //   - Pod.FitWith / Pod.ScoreWith take a *Scratch (zero value ready, one per goroutine) whose
 //     buffers they reuse: no allocation per node; the plan is valid until the scratch's next use.
 //   - Pod.Score(*NodeState, *Plan, *TaskMix) float64: 0..MaxScore by the node policy.
@@ -44,6 +50,8 @@
 // Node strategies are NodeScoreFunc(*NodeInput) (node before, plan, node after card by card via
 // NodeInput.After, TaskMix); card strategies are CardStrategy{Score(*CardInput), Tight} (card
 // usage before and after one device, the request, TaskMix). Both are registered by policy name in
-// strategy.go. TaskMix (TaskClass: cards, whole, memory, cores, models, weight) is the
-// distribution of requests seen, for a fragmentation-aware policy.
+// strategy.go. TaskMix (TaskClass: cards, whole, memory, cores, models, host CPU and memory, weight)
+// is the distribution of requests seen, for a fragmentation-aware policy; TaskMix.AddPodHost adds a
+// pod with its CPU and memory, rounded to HostCPUBucket / HostMemBucket. NodeInput sees the node's
+// Host and Plan.Host; CardInput.Host is the pod's request.
 package core

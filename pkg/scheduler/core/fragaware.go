@@ -14,6 +14,8 @@ import (
 // m cannot use, in cards:
 //   - when fewer of the node's cards can host one device of m than m needs (m.Cards), m cannot run
 //     there at all and every free card fraction counts: F(m) = Σ free;
+//   - the same when the node's known CPU or memory (NodeState.Host) cannot hold m's pod
+//     (TaskClass.HostCPUMilli, HostMemMiB): m cannot run there, F(m) = Σ free;
 //   - otherwise only the cards that cannot host a device of m count: F(m) = Σ free over those.
 //
 // A card hosts a device of m when the card's model passes m's use-gputype, nobody holds it whole,
@@ -31,10 +33,12 @@ import (
 // removes fragmentation, towards 0 as it adds some — and each card is scored −ΔF of its own change.
 // Equal ΔF: see fragTieBreak.
 //
-// What it cannot see: the node's CPU and memory. FGD counts a node's free GPUs as fragmented for a
-// task the node lacks CPU or memory for; the core's NodeState and TaskMix carry no host resources,
-// so this policy measures GPU fragmentation only (see bench/results for what that costs). Without
-// a mix (nothing seen yet) both fall back to binpack.
+// Host resources: as FGD does, a node's free GPUs all count as fragmented for a task the node lacks
+// CPU or memory for. The node score compares the node's CPU and memory before and after the pod
+// (Plan.Host); the card score sees them after the pod (the same for every card of the node). When
+// the node's CPU and memory are unknown (NodeState.Host zero) or the mix carries none (TaskMix.Add
+// without host), they keep no class out and the policy measures GPU fragmentation only. Without a
+// mix (nothing seen yet) both fall back to binpack.
 //
 // Cost: one pass over the classes of the mix for each distinct card state of the node, and no
 // allocation for nodes of up to fragStackCards cards.
@@ -82,7 +86,7 @@ func fragAwareNode(in *NodeInput) float64 {
 		before = appendView(before, c, c.Usage)
 		after = appendView(after, c, in.After(i))
 	}
-	delta := expectedFrag(after, in.Mix) - expectedFrag(before, in.Mix)
+	delta := expectedFragHost(after, in.Mix, &in.Node.Host, in.Plan.Host) - expectedFragHost(before, in.Mix, &in.Node.Host, HostRequest{})
 	return MaxScore/(1+math.Exp(fragSlope*delta)) - fragTieBreak*utilizationAfter(in)
 }
 
@@ -114,6 +118,11 @@ func fragAwareCard(in *CardInput) float64 {
 		}
 		total += t.Weight
 		count, frag, free := classFrag(views, t)
+		if !t.HostFits(&in.Node.Host, in.Host) {
+			// The class cannot run on the node once the pod is there: all free capacity counts.
+			delta += t.Weight * (a.free - b.free)
+			continue
+		}
 		fb := finishFrag(t, count, frag, free, &b)
 		fa := finishFrag(t, count, frag, free, &a)
 		delta += t.Weight * (fa - fb)
@@ -214,8 +223,13 @@ func finishFrag(t *TaskClass, count int, frag, total float64, v *cardView) float
 	return frag
 }
 
-// expectedFrag is F(M) of the cards in views, in cards.
+// expectedFrag is F(M) of the cards in views, in cards, host resources unknown.
 func expectedFrag(views []cardView, mix *TaskMix) float64 {
+	return expectedFragHost(views, mix, &HostState{}, HostRequest{})
+}
+
+// expectedFragHost is F(M) of the cards in views, in cards, on a node with host resources h less extra.
+func expectedFragHost(views []cardView, mix *TaskMix, h *HostState, extra HostRequest) float64 {
 	sum, weight := 0.0, 0.0
 	least := fragMinShare * mix.Total
 	for ci := range mix.Classes {
@@ -225,7 +239,7 @@ func expectedFrag(views []cardView, mix *TaskMix) float64 {
 		}
 		weight += t.Weight
 		count, frag, total := classFrag(views, t)
-		if count < t.Cards {
+		if count < t.Cards || !t.HostFits(h, extra) {
 			sum += t.Weight * total
 		} else {
 			sum += t.Weight * frag

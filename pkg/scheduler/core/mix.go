@@ -21,8 +21,35 @@ type TaskClass struct {
 	Cores int
 	// Models is use-gputype (lower-cased substrings); empty means any model.
 	Models []string
+	// HostCPUMilli and HostMemMiB are the CPU (millicores) and memory (MiB) the pod of this kind
+	// asks of its node, rounded to HostCPUBucket and HostMemBucket (0: none or not known, then the
+	// node's CPU and memory never keep the class out).
+	HostCPUMilli int64
+	HostMemMiB   int64
 	// Weight is how many containers of this kind were seen.
 	Weight float64
+}
+
+// HostCPUBucket and HostMemBucket are the steps to which AddPodHost rounds a pod's CPU and memory
+// (to the nearest step, at least one step when nonzero), so that a mix keeps a handful of classes
+// rather than one per distinct request.
+const (
+	HostCPUBucket = 1000
+	HostMemBucket = 1024
+)
+
+// bucket rounds v to the nearest multiple of step, at least step when v > 0.
+func bucket(v, step int64) int64 {
+	if v <= 0 {
+		return 0
+	}
+	return max((v+step/2)/step, 1) * step
+}
+
+// HostFits reports whether the class's CPU and memory fit what node state h has free of its known
+// resources, after taking away extra.
+func (t *TaskClass) HostFits(h *HostState, extra HostRequest) bool {
+	return h.Fits(t.HostCPUMilli, t.HostMemMiB, extra)
 }
 
 // MemoryFraction is the share of card c's memory the class wants, in [0, 1].
@@ -54,7 +81,8 @@ func (t *TaskClass) Accepts(c *Card) bool {
 
 func (t *TaskClass) same(o *TaskClass) bool {
 	return t.Cards == o.Cards && t.Whole == o.Whole && t.MemMiB == o.MemMiB &&
-		t.MemPercent == o.MemPercent && t.Cores == o.Cores && slices.Equal(t.Models, o.Models)
+		t.MemPercent == o.MemPercent && t.Cores == o.Cores && slices.Equal(t.Models, o.Models) &&
+		t.HostCPUMilli == o.HostCPUMilli && t.HostMemMiB == o.HostMemMiB
 }
 
 // TaskMix is the distribution of GPU requests the cluster has seen, which a fragmentation-aware
@@ -93,6 +121,16 @@ func (m *TaskMix) Add(t TaskClass, weight float64) {
 func (m *TaskMix) AddPod(req *annotations.PodRequest, sel *annotations.Selector) {
 	for i := range req.Containers {
 		m.Add(ClassOf(&req.Containers[i], sel), 1)
+	}
+}
+
+// AddPodHost is AddPod for a pod that also asks its node for CPU and memory: each GPU container's
+// class carries the pod's request (bucketed), since a container runs only where its pod fits.
+func (m *TaskMix) AddPodHost(req *annotations.PodRequest, sel *annotations.Selector, host HostRequest) {
+	for i := range req.Containers {
+		t := ClassOf(&req.Containers[i], sel)
+		t.HostCPUMilli, t.HostMemMiB = bucket(host.CPUMilli, HostCPUBucket), bucket(host.MemMiB, HostMemBucket)
+		m.Add(t, 1)
 	}
 }
 

@@ -31,6 +31,9 @@ const (
 	// ReasonInFlight: another container of the same device count that is not interchangeable with
 	// this one is in flight on the node; this one waits until it is allocated (see DESIGN.md).
 	ReasonInFlight
+	// ReasonHost: the node's known CPU or memory (NodeState.Host) cannot hold the pod's request
+	// (Pod.Host): HostNeed, HostFree and HostAlloc say how much.
+	ReasonHost
 )
 
 // Reason says why a pod does not fit a node. String renders it for people (FailedNodes, events).
@@ -56,6 +59,9 @@ type Reason struct {
 	Cores      int
 	// Detail is free text for reasons that carry an underlying error or a pod name.
 	Detail string
+	// HostNeed is the pod's CPU and memory request, HostFree what the node has free and HostAlloc
+	// its allocatable amounts (0: unknown) — ReasonHost only.
+	HostNeed, HostFree, HostAlloc HostRequest
 }
 
 // Unresolvable reports whether the node cannot host the pod whatever happens to other pods
@@ -64,6 +70,10 @@ func (r *Reason) Unresolvable() bool {
 	switch r.Kind {
 	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards:
 		return true
+	case ReasonHost:
+		// Only when the pod asks more than the node has at all.
+		return (r.HostAlloc.CPUMilli > 0 && r.HostNeed.CPUMilli > r.HostAlloc.CPUMilli) ||
+			(r.HostAlloc.MemMiB > 0 && r.HostNeed.MemMiB > r.HostAlloc.MemMiB)
 	}
 	return false
 }
@@ -110,10 +120,27 @@ func (r *Reason) String() string {
 		b.WriteString("the init containers' cards, which the kubelet hands on, cannot hold it")
 	case ReasonInFlight:
 		fmt.Fprintf(&b, "waits until %s is allocated (in flight with %s, not interchangeable)", r.Detail, cards(r.Need))
+	case ReasonHost:
+		b.WriteString(r.hostText())
 	default:
 		fmt.Fprintf(&b, "reason %d", int(r.Kind))
 	}
 	return b.String()
+}
+
+// hostText names the host resources that do not fit, e.g. "needs 14000m CPU, node has 8000m free".
+func (r *Reason) hostText() string {
+	var parts []string
+	if r.HostAlloc.CPUMilli > 0 && r.HostNeed.CPUMilli > r.HostFree.CPUMilli {
+		parts = append(parts, fmt.Sprintf("needs %dm CPU, node has %dm free", r.HostNeed.CPUMilli, max(r.HostFree.CPUMilli, 0)))
+	}
+	if r.HostAlloc.MemMiB > 0 && r.HostNeed.MemMiB > r.HostFree.MemMiB {
+		parts = append(parts, fmt.Sprintf("needs %d MiB memory, node has %d MiB free", r.HostNeed.MemMiB, max(r.HostFree.MemMiB, 0)))
+	}
+	if len(parts) == 0 {
+		return "node lacks CPU or memory"
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (r *Reason) shareNeed() string {

@@ -108,7 +108,63 @@ type NodeState struct {
 	Cards []Card
 	// Models summarises the cards for people, e.g. "2x NVIDIA A40, 1x Tesla T4".
 	Models string
+	// Host is the node's CPU and memory, when known (zero: unknown, and then ignored).
+	Host   HostState
 	byUUID map[string]int
+}
+
+// HostRequest is the CPU (millicores) and memory (MiB) a pod requests of its node. Zero asks nothing.
+type HostRequest struct {
+	CPUMilli int64
+	MemMiB   int64
+}
+
+// HostState is a node's allocatable CPU (millicores) and memory (MiB) and what pods hold of them.
+// Each resource is known when its allocatable amount is positive; an unknown resource never limits
+// a pod and no policy sees it, exactly as when the core knew no host resources at all.
+type HostState struct {
+	AllocCPUMilli, UsedCPUMilli int64
+	AllocMemMiB, UsedMemMiB     int64
+}
+
+// Known reports whether the CPU or the memory of the node is known.
+func (h *HostState) Known() bool { return h.AllocCPUMilli > 0 || h.AllocMemMiB > 0 }
+
+// FreeCPUMilli is the CPU not held (may be negative when over-committed); meaningful when
+// AllocCPUMilli > 0.
+func (h *HostState) FreeCPUMilli() int64 { return h.AllocCPUMilli - h.UsedCPUMilli }
+
+// FreeMemMiB is the memory not held (may be negative); meaningful when AllocMemMiB > 0.
+func (h *HostState) FreeMemMiB() int64 { return h.AllocMemMiB - h.UsedMemMiB }
+
+// Fits reports whether a request of cpu millicores and mem MiB fits what is free of the known
+// resources, after taking away extra (a placement not yet applied).
+func (h *HostState) Fits(cpu, mem int64, extra HostRequest) bool {
+	if h.AllocCPUMilli > 0 && cpu > h.AllocCPUMilli-h.UsedCPUMilli-extra.CPUMilli {
+		return false
+	}
+	if h.AllocMemMiB > 0 && mem > h.AllocMemMiB-h.UsedMemMiB-extra.MemMiB {
+		return false
+	}
+	return true
+}
+
+// SetHost sets the node's allocatable CPU (millicores) and memory (MiB); zero leaves that resource
+// unknown. What is held (Used*) stays as it is.
+func (n *NodeState) SetHost(cpuMilli, memMiB int64) {
+	n.Host.AllocCPUMilli, n.Host.AllocMemMiB = max(cpuMilli, 0), max(memMiB, 0)
+}
+
+// HoldHost adds what a pod holds of the node's CPU and memory (records of pods already bound).
+func (n *NodeState) HoldHost(r HostRequest) {
+	n.Host.UsedCPUMilli += r.CPUMilli
+	n.Host.UsedMemMiB += r.MemMiB
+}
+
+// UnholdHost removes what HoldHost added.
+func (n *NodeState) UnholdHost(r HostRequest) {
+	n.Host.UsedCPUMilli -= r.CPUMilli
+	n.Host.UsedMemMiB -= r.MemMiB
 }
 
 // NewNodeState builds the state of a node from its inventory, with nothing held.
@@ -224,11 +280,13 @@ func (n *NodeState) change(h Holding, sign int) bool {
 	return true
 }
 
-// Apply adds what a plan holds to the node (the plan must have been decided on this node).
+// Apply adds what a plan holds to the node (the plan must have been decided on this node): its
+// devices and the pod's CPU and memory (Plan.Host).
 func (n *NodeState) Apply(p *Plan) {
 	for _, d := range p.Devices {
 		n.Hold(n.holding(d))
 	}
+	n.HoldHost(p.Host)
 }
 
 // Release removes what Apply added.
@@ -236,6 +294,7 @@ func (n *NodeState) Release(p *Plan) {
 	for _, d := range p.Devices {
 		n.Unhold(n.holding(d))
 	}
+	n.UnholdHost(p.Host)
 }
 
 // Holdings returns what a plan decided on this node holds, as records would say it.

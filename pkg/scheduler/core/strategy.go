@@ -43,6 +43,8 @@ type CardInput struct {
 	After   Usage
 	Request *annotations.ContainerRequest
 	Mix     *TaskMix
+	// Host is the pod's CPU and memory request (Pod.Host); Node.Host is the node before the pod.
+	Host HostRequest
 }
 
 // CardStrategy ranks cards inside a node: Score higher is better (ties go to the lower card index).
