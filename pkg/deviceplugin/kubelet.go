@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -30,6 +31,23 @@ type kubeletLink struct {
 	registered atomic.Bool
 	// registrations counts successful registrations (tests wait on it).
 	registrations atomic.Int64
+	// kubeletSocketID identifies the kubelet.sock file the current registration went through.
+	kubeletSocketID fileID
+}
+
+// fileID tells two files apart even when one replaced the other under the same name.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(path string) (fileID, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, true //nolint:unconvert // Dev's type differs by platform
 }
 
 // socketName derives the plugin's socket file name from the resource name.
@@ -116,6 +134,14 @@ func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, 
 			}
 			switch {
 			case ev.Name == kubeletSock && ev.Has(fsnotify.Create):
+				// A kubelet restart shows up as two events: our socket removed, then kubelet.sock
+				// created. When the first already led to a registration through this very kubelet.sock,
+				// registering again would make the kubelet drop the stream it just opened (seen: both
+				// streams closed, the resource at 0), so only a kubelet.sock we did not register through
+				// starts over.
+				if id, ok := idOf(kubeletSock); ok && k.registered.Load() && id == k.kubeletSocketID {
+					continue
+				}
 				// A new kubelet: it has wiped the folder, so serve a fresh socket and register.
 				k.log.Info("kubelet socket created; registering again")
 				return true
@@ -138,8 +164,9 @@ func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, 
 }
 
 func (k *kubeletLink) register(ctx context.Context, kubeletSock string) error {
-	if _, err := os.Stat(kubeletSock); err != nil {
-		return fmt.Errorf("kubelet socket: %w", err)
+	id, ok := idOf(kubeletSock)
+	if !ok {
+		return fmt.Errorf("kubelet socket %s is not there (yet)", kubeletSock)
 	}
 	conn, err := grpc.NewClient("unix://"+kubeletSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -157,5 +184,6 @@ func (k *kubeletLink) register(ctx context.Context, kubeletSock string) error {
 	if err != nil {
 		return fmt.Errorf("register %s: %w", k.resource, err)
 	}
+	k.kubeletSocketID = id
 	return nil
 }
