@@ -179,7 +179,7 @@ func (b *bed) addNodes(n, gpus int, bare func(i int) bool) error {
 			corev1.ResourceCPU:              resource.MustParse("64"),
 			corev1.ResourceMemory:           resource.MustParse("512Gi"),
 			corev1.ResourcePods:             resource.MustParse("110"),
-			corev1.ResourceName(names.GPU):  *resource.NewQuantity(int64(gpus), resource.DecimalSI),
+			names.GPU:                       *resource.NewQuantity(int64(gpus), resource.DecimalSI),
 			corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"),
 		}
 		now := metav1.Now()
@@ -413,7 +413,7 @@ func chartSchedulerConfig(t cluster.TB, extenderURL string) map[string]any {
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
 		t.Fatalf("helm template: %v\n%s", err, stderr)
@@ -479,7 +479,7 @@ func (b *bed) startKubeScheduler(t cluster.TB, name string, config map[string]an
 	ks := &kubeScheduler{Process: p, metricsURL: "https://127.0.0.1:" + port + "/metrics", pprofURL: "https://127.0.0.1:" + port + "/debug/pprof/profile"}
 	cluster.WaitFor(t, readyTimeout, name+" to be ready", func() (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return false, fmt.Errorf("%s exited (%v):\n%s", name, err, p.Tail(30))
+			return false, fmt.Errorf("%s exited (%s):\n%s", name, fmt.Sprint(err), p.Tail(30))
 		}
 		return insecureOK("https://127.0.0.1:" + port + "/readyz"), nil
 	})

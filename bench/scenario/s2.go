@@ -135,7 +135,7 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	cluster.WaitFor(t, readyTimeout, name+"'s metrics to count every binding", func() (bool, error) {
 		text, err := ks.metrics()
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // polling: an error means not ready yet
 		}
 		if ms, err = ParseMetrics(text); err != nil {
 			return false, err

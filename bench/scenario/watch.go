@@ -88,18 +88,6 @@ func (w *bindings) boundTimes() []time.Time {
 	return out
 }
 
-// createToBound returns, for every bound pod, the time from first seen to bound, sorted.
-func (w *bindings) createToBound() []time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]time.Duration, 0, len(w.bound))
-	for uid, b := range w.bound {
-		out = append(out, b.Sub(w.created[uid]))
-	}
-	slices.Sort(out)
-	return out
-}
-
 // reset forgets everything seen so far.
 func (w *bindings) reset() {
 	w.mu.Lock()

@@ -64,12 +64,11 @@ func plainNode(name string) *corev1.Node {
 
 // ctr is a container asking gpu cards and optionally memory (MiB) and cores.
 type ctr struct {
-	name           string
-	gpu, mem, pct  int64
-	cores          int64
-	init, sidecar  bool
-	coresGiven     bool
-	memPercentOnly bool
+	name          string
+	gpu, mem, pct int64
+	cores         int64
+	init, sidecar bool
+	coresGiven    bool
 }
 
 func gpuPod(name string, ann map[string]string, cs ...ctr) *corev1.Pod {

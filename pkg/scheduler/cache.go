@@ -180,10 +180,10 @@ func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 		b = binary.AppendVarint(b, card.MemoryMiB)
 		b = binary.AppendVarint(b, int64(card.NUMA))
 		b = binary.AppendVarint(b, int64(card.Shares))
-		b = binary.AppendVarint(b, card.Usage.MemMiB)
-		b = binary.AppendVarint(b, int64(card.Usage.Cores))
-		b = binary.AppendVarint(b, int64(card.Usage.Held))
-		b = binary.AppendVarint(b, int64(card.Usage.Whole))
+		b = binary.AppendVarint(b, card.MemMiB)
+		b = binary.AppendVarint(b, int64(card.Cores))
+		b = binary.AppendVarint(b, int64(card.Held))
+		b = binary.AppendVarint(b, int64(card.Whole))
 		if card.Healthy {
 			b = append(b, 1)
 		} else {

@@ -116,7 +116,7 @@ func (e *env) componentsAlive() error {
 	}
 	for _, p := range procs {
 		if exited, err := p.Exited(); exited {
-			return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.Name, err, p.LogPath, p.Tail(30))
+			return fmt.Errorf("%s exited (%s); last lines of %s:\n%s", p.Name, fmt.Sprint(err), p.LogPath, p.Tail(30))
 		}
 	}
 	return nil

@@ -71,12 +71,12 @@ func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return fmt.Errorf("initialise NVML for health: %w", ret)
 	}
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }()
 	set, ret := lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("create NVML event set: %w", ret)
 	}
-	defer set.Free()
+	defer func() { _ = set.Free() }()
 
 	cards := make(map[string]*watched, len(cfg.Cards))
 	order := make([]*watched, 0, len(cfg.Cards))
@@ -101,10 +101,10 @@ func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)
 	for ctx.Err() == nil {
 		ev, ret := set.Wait(uint32(cfg.WaitTimeout / time.Millisecond))
 		now := time.Now()
-		switch {
-		case ret == nvml.SUCCESS:
+		switch ret {
+		case nvml.SUCCESS:
 			handleEvent(cfg, cards, ev, now, report)
-		case ret == nvml.ERROR_TIMEOUT:
+		case nvml.ERROR_TIMEOUT:
 		default:
 			// The event set itself failed: no card can be trusted until a probe passes.
 			cfg.Log.Error(ret, "NVML event wait failed; marking every card unhealthy")
@@ -202,8 +202,12 @@ func probe(lib Library, w *watched) error {
 			return fmt.Errorf("get handle: %w", ret)
 		}
 	}
-	if u, ret := d.GetUUID(); ret != nvml.SUCCESS || u != w.card.UUID {
-		return fmt.Errorf("UUID check failed: %v", ret)
+	u, ret := d.GetUUID()
+	switch {
+	case ret != nvml.SUCCESS:
+		return fmt.Errorf("UUID check failed: %w", ret)
+	case u != w.card.UUID:
+		return fmt.Errorf("UUID check failed: the card now reports %s", u)
 	}
 	if _, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
 		return fmt.Errorf("temperature query failed: %w", ret)

@@ -117,7 +117,7 @@ func Discover(lib Library, numa NUMAFunc) ([]Card, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initialise NVML: %w", ret)
 	}
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }()
 	return list(lib, numa)
 }
 

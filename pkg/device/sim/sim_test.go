@@ -79,7 +79,7 @@ func TestExampleFileDescribesTheDemoNodes(t *testing.T) {
 }
 
 func TestDerivedUUIDsAreStableAndDistinct(t *testing.T) {
-	if sim.DerivedUUID("node-a", 0) != sim.DerivedUUID("node-a", 0) {
+	if first, again := sim.DerivedUUID("node-a", 0), sim.DerivedUUID("node-a", 0); first != again {
 		t.Fatal("derived UUID is not deterministic")
 	}
 	seen := map[string]bool{}

@@ -40,11 +40,11 @@ func (s *Stack) waitRegistrations(t cluster.TB, node string, atLeast int) {
 	t.Helper()
 	Wait(t, readyTimeout, fmt.Sprintf("device plugin on %s registered (%d registrations)", node, atLeast), func() (bool, string, error) {
 		if exited, err := s.Plugins[node].Exited(); exited {
-			return false, "", fmt.Errorf("device plugin on %s exited (%v):\n%s", node, err, s.Plugins[node].Tail(30))
+			return false, "", fmt.Errorf("device plugin on %s exited (%s):\n%s", node, fmt.Sprint(err), s.Plugins[node].Tail(30))
 		}
 		n, err := s.registrations(node)
 		if err != nil {
-			return false, err.Error(), nil
+			return false, err.Error(), nil //nolint:nilerr // polling: an error means not ready yet
 		}
 		return n >= atLeast, fmt.Sprintf("%d registrations", n), nil
 	})

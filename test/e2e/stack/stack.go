@@ -320,12 +320,12 @@ func (s *Stack) WaitHTTP(t cluster.TB, p *cluster.Process, url string) {
 	var last string
 	cluster.WaitFor(t, readyTimeout, p.Name+" at "+url, func() (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return false, fmt.Errorf("%s exited (%v); last lines of %s:\n%s (last answer: %s)", p.Name, err, p.LogPath, p.Tail(30), last)
+			return false, fmt.Errorf("%s exited (%s); last lines of %s:\n%s (last answer: %s)", p.Name, fmt.Sprint(err), p.LogPath, p.Tail(30), last)
 		}
 		resp, err := client.Get(url)
 		if err != nil {
 			last = err.Error()
-			return false, nil
+			return false, nil //nolint:nilerr // polling: an error means not ready yet
 		}
 		_ = resp.Body.Close()
 		last = resp.Status
@@ -353,7 +353,7 @@ func (s *Stack) WaitAdvertised(t cluster.TB, node string) {
 	Wait(t, readyTimeout, "node "+node+" advertising its cards", func() (bool, string, error) {
 		if p := s.Plugins[node]; p != nil {
 			if exited, err := p.Exited(); exited {
-				return false, "", fmt.Errorf("%s exited (%v); last lines:\n%s", p.Name, err, p.Tail(30))
+				return false, "", fmt.Errorf("%s exited (%s); last lines:\n%s", p.Name, fmt.Sprint(err), p.Tail(30))
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)

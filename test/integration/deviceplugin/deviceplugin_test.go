@@ -129,13 +129,13 @@ func waitGPUs(t *testing.T, client kubernetes.Interface, allocatable int64, heal
 	cluster.WaitFor(t, timeout, fmt.Sprintf("node with %d allocatable GPUs and health %v", allocatable, healthy), func() (bool, error) {
 		n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // polling: an error means not ready yet
 		}
 		q := n.Status.Allocatable[annotations.ResourceGPU]
 		inv, err := annotations.DecodeInventory(n.Annotations[annotations.GPUInventory])
 		if err != nil {
 			last = err.Error()
-			return false, nil
+			return false, nil //nolint:nilerr // polling: an error means not ready yet
 		}
 		var got []bool
 		for _, g := range inv.GPUs {

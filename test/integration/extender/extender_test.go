@@ -126,7 +126,7 @@ func startExtender(t *testing.T, c *cluster.Cluster, addr string) *extender {
 	cluster.WaitFor(t, timeout, "extender ready", func() (bool, error) {
 		select {
 		case err := <-e.done:
-			return false, fmt.Errorf("extender stopped: %v", err)
+			return false, fmt.Errorf("extender stopped: %s", fmt.Sprint(err))
 		default:
 		}
 		return httpOK("http://" + e.addr + "/readyz"), nil

@@ -172,7 +172,7 @@ func startVerbose(t testing.TB, v int) *bed {
 	cluster.WaitFor(t, timeout, "the webhook to be ready (serving, nodes listed)", func() (bool, error) {
 		resp, err := http.Get("http://" + b.health + "/readyz")
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // polling: an error means not ready yet
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
@@ -536,7 +536,7 @@ func grantPodEditing(t *testing.T, cs kubernetes.Interface, users ...string) {
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: teamNS, Verb: "patch", Resource: "pods"},
 			}}, metav1.CreateOptions{})
 			if err != nil || !review.Status.Allowed {
-				return false, nil
+				return false, nil //nolint:nilerr // polling: an error means not ready yet
 			}
 		}
 		return true, nil
