@@ -50,9 +50,12 @@ func init() {
 }
 
 // fragTieBreak breaks ties between placements of equal ΔF, far below any ΔF a real mix produces:
-// among nodes, the emptier node wins (spread: it keeps headroom this policy cannot see, such as the
-// node's CPU and memory, for later pods); among cards of a node, the fuller card wins (binpack: it
-// keeps empty cards whole for whole-card requests). Ties are common — every empty node of a model
+// among nodes, the emptier node wins, "emptier" being the larger of its mean card utilization and,
+// when the node's CPU is known, its CPU use after the placement (spread on the scarcer of the two: it
+// keeps headroom for later pods; with CPU in the rule the default trace, core scoring, seeds 42–51,
+// went from 94.24 ± 0.67 to 95.27 ± 0.20 % at 130 % arrival); then the smaller node name
+// (Candidate.Better). Among cards of a node, the fuller card wins (binpack: it keeps empty cards
+// whole for whole-card requests), then the lower index. Ties are common — every empty node of a model
 // scores alike — and they decide a lot: on the default trace (seed 42, core scoring) breaking them
 // toward the fuller node instead allocates 86.4 % of the GPUs at 130 % arrival, toward the emptier
 // one 93.8 %.
@@ -87,7 +90,12 @@ func fragAwareNode(in *NodeInput) float64 {
 		after = appendView(after, c, in.After(i))
 	}
 	delta := expectedFragHost(after, in.Mix, &in.Node.Host, in.Plan.Host) - expectedFragHost(before, in.Mix, &in.Node.Host, HostRequest{})
-	return MaxScore/(1+math.Exp(fragSlope*delta)) - fragTieBreak*utilizationAfter(in)
+	// Tie-break (see fragTieBreak): the larger of card and CPU use after the placement.
+	tie := utilizationAfter(in)
+	if h := &in.Node.Host; h.AllocCPUMilli > 0 {
+		tie = max(tie, float64(h.UsedCPUMilli+in.Plan.Host.CPUMilli)/float64(h.AllocCPUMilli))
+	}
+	return MaxScore/(1+math.Exp(fragSlope*delta)) - fragTieBreak*tie
 }
 
 // fragAwareCard scores one card for one device by the change of the node's expected fragmentation

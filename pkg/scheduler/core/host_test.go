@@ -135,3 +135,31 @@ func TestFragAwareCountsHostFragmentation(t *testing.T) {
 		t.Errorf("n1 score %v, want %v", s, want)
 	}
 }
+
+// Equal ΔF on two nodes with the same cards: the tie goes to the node whose CPU is less used after
+// the pod (n2), not to the smaller name (n1).
+func TestFragAwareTieBreakSeesCPU(t *testing.T) {
+	host := HostRequest{CPUMilli: 1000}
+	req := annotations.PodRequest{Containers: []annotations.ContainerRequest{faWhole(1)}}
+	mix := &TaskMix{}
+	mix.AddPodHost(&req, &annotations.Selector{}, host)
+	n1, n2 := faNode("n1", "A", 0, 0, 0, 0), faNode("n2", "A", 0, 0, 0, 0)
+	n1.SetHost(10000, 0)
+	n1.HoldHost(HostRequest{CPUMilli: 8000})
+	n2.SetHost(10000, 0)
+	p := hostPod(t, annotations.PolicyFragAware, faWhole(1), host)
+	var best Candidate
+	for i, n := range []*NodeState{n1, n2} {
+		plan, r := p.Fit(n, mix)
+		if r != nil {
+			t.Fatalf("%s: %s", n.Name, r)
+		}
+		c := Candidate{Name: n.Name, Score: p.Score(n, plan, mix)}
+		if i == 0 || c.Better(best) {
+			best = c
+		}
+	}
+	if best.Name != "n2" {
+		t.Errorf("frag-aware chose %s, want n2 (less CPU used)", best.Name)
+	}
+}
