@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -55,7 +56,7 @@ func run() error {
 	perSeed := fs.Bool("per-seed", false, "also print one line per seed")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file")
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
+		if errors.Is(err, pflag.ErrHelp) {
 			return nil
 		}
 		return err

@@ -126,10 +126,9 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 		return err
 	}
 	type row struct {
-		pods  string
-		pair  [2]annotations.Policy
-		res   *Result
-		empty bool
+		pods string
+		pair [2]annotations.Policy
+		res  *Result
 	}
 	var rows []row
 	for _, pf := range c.PodsFiles {

@@ -123,7 +123,7 @@ func ReadNodes(r io.Reader, file string) ([]Node, error) {
 	seen := map[string]int{}
 	for {
 		row, err := t.next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -168,7 +168,7 @@ func ReadPods(r io.Reader, file string) ([]Pod, error) {
 	var pods []Pod
 	for {
 		row, err := t.next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -238,7 +238,7 @@ func newTable(r io.Reader, file string, required, optional []string) (*table, er
 	cr.ReuseRecord = true
 	header, err := cr.Read()
 	if err != nil {
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil, &Error{File: file, Line: 1, Reason: "empty file, expected a header line"}
 		}
 		return nil, csvError(file, err)
@@ -277,7 +277,7 @@ func csvError(file string, err error) error {
 func (t *table) next() (*row, error) {
 	rec, err := t.r.Read()
 	if err != nil {
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil, err
 		}
 		return nil, csvError(t.file, err)

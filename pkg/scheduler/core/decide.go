@@ -202,7 +202,6 @@ type fit struct {
 	score  []float64
 	order  []int
 	picked []int
-	rscore []float64
 	pool   []int
 	groups []numaGroup
 	ids    []int // backing store of the containers' device indexes
@@ -339,7 +338,7 @@ func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason
 		for i, di := range fits {
 			d := f.plan.Devices[di]
 			card := &f.node.Cards[d.Card]
-			before := card.Usage.add(f.extra[d.Card])
+			before := card.add(f.extra[d.Card])
 			newMem, newCores := f.reused(c, d)
 			after := before
 			after.MemMiB += newMem - d.MemMiB
@@ -442,7 +441,7 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 			continue
 		}
 		card := &f.node.Cards[i]
-		before := card.Usage.add(f.extra[i])
+		before := card.add(f.extra[i])
 		after := before.plus(c.MemoryOn(card.MemoryMiB), c.CoresOn())
 		f.cand = append(f.cand, i)
 		f.score = append(f.score, f.cardScore(card, before, after, c))
