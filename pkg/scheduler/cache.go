@@ -61,10 +61,14 @@ type nodeEntry struct {
 	gen uint64
 	// inFlight counts the in-flight containers of pods on the node.
 	inFlight int
-	// key is state.AppendKey (empty without state) and hash its hash: nodes with equal keys are
-	// decided once per Evaluate.
+	// key is appendKey of the cards (empty without state) and hash its hash: nodes with equal keys
+	// (and, for policies that read them, equal CPU and memory) are decided once per Evaluate.
 	key  string
 	hash uint64
+	// host is the sum of the CPU and memory held by the hostPods pods of c.hosts on the node; the
+	// state holds it too (it survives a new inventory).
+	host     core.HostRequest
+	hostPods int
 }
 
 // Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
@@ -78,6 +82,8 @@ type Cache struct {
 	pods  map[types.UID]*podRecord
 	mix   core.TaskMix
 	mixed map[types.UID]struct{}
+	// hosts are the pods, GPU or not, that hold CPU or memory on a node (hostRecord).
+	hosts map[types.UID]hostRecord
 	gen   uint64
 	// seed and keyBuf serve node keys (bump); written under mu.
 	seed   maphash.Seed
@@ -88,11 +94,13 @@ type Cache struct {
 // NewCache returns an empty cache.
 func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
-		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, seed: maphash.MakeSeed(), models: map[string]uint64{}}
+		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{}}
 }
 
-// UpsertNode records a node and its inventory; its pods' holdings are re-applied on the new cards.
+// UpsertNode records a node, its inventory and its allocatable CPU and memory; its pods' holdings
+// are re-applied on the new cards.
 func (c *Cache) UpsertNode(node *corev1.Node) {
+	cpu, mem := nodeHost(node)
 	var state *core.NodeState
 	var reason *core.Reason
 	raw, ok := node.Annotations[annotations.GPUInventory]
@@ -107,7 +115,15 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	if state != nil && n.state != nil && sameCards(n.state, state) {
+		if h := &n.state.Host; h.AllocCPUMilli != cpu || h.AllocMemMiB != mem {
+			n.state.SetHost(cpu, mem)
+			c.bump(n)
+		}
 		return
+	}
+	if state != nil {
+		state.SetHost(cpu, mem)
+		state.HoldHost(n.host)
 	}
 	n.state, n.reason = state, reason
 	for _, p := range n.pods {
@@ -136,7 +152,7 @@ func (c *Cache) DeleteNode(name string) {
 	defer c.mu.Unlock()
 	if n, ok := c.nodes[name]; ok {
 		n.state, n.reason = nil, &core.Reason{Kind: core.ReasonUnknownNode}
-		if len(n.pods) == 0 {
+		if len(n.pods) == 0 && n.hostPods == 0 {
 			delete(c.nodes, name)
 		}
 		c.bump(n)
@@ -193,11 +209,13 @@ func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 	return b
 }
 
-// UpsertPod records what a pod holds from its assignment and allocation records. A pod that is
-// not bound, finished, or holds nothing is forgotten; a reservation made by Reserve stays until the
-// informer shows the pod bound.
+// UpsertPod records what a pod holds from its assignment and allocation records, and the CPU and
+// memory it requests of its node (any bound pod, with GPUs or without). A pod that is not bound,
+// finished, or holds nothing is forgotten; a reservation made by Reserve stays until the informer
+// shows the pod bound.
 func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	rec := c.recordOf(pod)
+	host, holds := hostOf(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.countMix(pod)
@@ -206,6 +224,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 		return // bind is under way: keep the reservation
 	}
 	c.replace(pod.UID, old, rec)
+	c.setHost(pod.UID, host, holds)
 }
 
 // DeletePod forgets a pod and frees what it held.
@@ -213,6 +232,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.replace(uid, c.pods[uid], nil)
+	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
 }
 
@@ -266,7 +286,7 @@ func (c *Cache) unapply(n *nodeEntry, p *podRecord) {
 	p.applied = nil
 }
 
-// countMix adds a GPU pod of this scheduler to the task mix, once per pod.
+// countMix adds a GPU pod of this scheduler to the task mix, with its CPU and memory, once per pod.
 func (c *Cache) countMix(pod *corev1.Pod) {
 	if pod.Spec.SchedulerName != c.schedulerName {
 		return
@@ -280,7 +300,7 @@ func (c *Cache) countMix(pod *corev1.Pod) {
 	}
 	sel, _ := annotations.ParseSelector(pod.Annotations)
 	c.mixed[pod.UID] = struct{}{}
-	c.mix.AddPod(&req, &sel)
+	c.mix.AddPodHost(&req, &sel, podHost(pod))
 }
 
 func finished(pod *corev1.Pod) bool {
@@ -408,8 +428,12 @@ type Verdict struct {
 // FitWith over the node's cards, with buffers reused across nodes.
 func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdict) []Verdict {
 	var s core.Scratch
-	// Nodes in the same state get the same verdict when the pod names no UUID (see AppendKey).
+	// Nodes in the same state get the same verdict when the pod names no UUID (see appendKey). A
+	// policy that reads CPU and memory shares only between nodes with the same host state; the
+	// others share the cards' verdict between nodes whose CPU and memory hold the pod (a node that
+	// lacks them is refused by Fit before it looks at the cards, cheaply, and is never shared).
 	byKey := p.Selector.UseUUIDs == nil && p.Selector.NoUseUUIDs == nil
+	withHost := readsHost(p)
 	var seen map[uint64]*nodeEntry
 	var seenVerdict map[uint64]Verdict
 	c.mu.RLock()
@@ -426,9 +450,14 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			v.Reason, v.gen = n.reason, n.gen
 		default:
 			v.gen = n.gen
-			if byKey && n.inFlight == 0 {
-				if rep, hit := seen[n.hash]; hit && rep.key == n.key {
-					known := seenVerdict[n.hash]
+			k := n.hash
+			if withHost {
+				k ^= hostHash(&n.state.Host)
+			}
+			share := byKey && n.inFlight == 0 && n.state.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, core.HostRequest{})
+			if share {
+				if rep, hit := seen[k]; hit && rep.key == n.key && (!withHost || rep.state.Host == n.state.Host) {
+					known := seenVerdict[k]
 					v.Score, v.Reason = known.Score, known.Reason
 					free = free || v.Reason == nil
 					break
@@ -444,12 +473,12 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 					free = true
 				}
 			}
-			if byKey && n.inFlight == 0 && (v.Reason == nil || v.Reason.UUID == "") {
+			if share && (v.Reason == nil || v.Reason.UUID == "") {
 				if seen == nil {
 					seen, seenVerdict = map[uint64]*nodeEntry{}, map[uint64]Verdict{}
 				}
-				if _, taken := seen[n.hash]; !taken {
-					seen[n.hash], seenVerdict[n.hash] = n, v
+				if _, taken := seen[k]; !taken {
+					seen[k], seenVerdict[k] = n, v
 				}
 			}
 		}
@@ -463,6 +492,17 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 		}
 	}
 	return out
+}
+
+// hostHash mixes a node's CPU and memory into its key's hash in Evaluate, for policies that read
+// them (equal hashes are then checked field by field).
+func hostHash(h *core.HostState) uint64 {
+	x := uint64(h.AllocCPUMilli)
+	for _, v := range [...]int64{h.UsedCPUMilli, h.AllocMemMiB, h.UsedMemMiB} {
+		x = (x ^ uint64(v)) * 0x9e3779b97f4a7c15
+		x ^= x >> 29
+	}
+	return x
 }
 
 // unknownNode is the reason for a node the cache has never seen; it is never modified.
@@ -516,6 +556,9 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 	// App containers reusing init devices repeat IDs: count each once.
 	rec.uses = dedupUses(rec.uses)
 	c.replace(uid, c.pods[uid], rec)
+	if old, had := c.hosts[uid]; !had || old.reserved {
+		c.setHost(uid, hostRecord{node: node, req: p.Host, reserved: true}, p.Host != core.HostRequest{})
+	}
 	return a, nil
 }
 
@@ -537,6 +580,9 @@ func (c *Cache) Release(uid types.UID) {
 	defer c.mu.Unlock()
 	if old := c.pods[uid]; old != nil && old.reserved {
 		c.replace(uid, old, nil)
+	}
+	if h, ok := c.hosts[uid]; ok && h.reserved {
+		c.setHost(uid, hostRecord{}, false)
 	}
 }
 

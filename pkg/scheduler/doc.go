@@ -14,6 +14,13 @@
 // per node, nodes in the same state decided once); Reserve re-decides on one node under the write
 // lock and holds the devices until the informer shows the pod bound or Release is called.
 //
+// The cache also gives the core each node's allocatable CPU and memory (Node.Status.Allocatable)
+// less the effective requests (podHost: as kube-scheduler counts them, overhead included) of every
+// bound, unfinished pod on it, GPU or not: a per-node sum kept on pod events. Filter then refuses
+// nodes that cannot hold the pod's CPU or memory (core.ReasonHost), the task mix carries the pods'
+// CPU and memory, and frag-aware weighs them; nodes are shared in Evaluate by their cards and, for
+// policies other than binpack and spread, their CPU and memory too.
+//
 // A GPU container is in flight from Reserve until its allocation record appears (and while its pod
 // is Pending). Reserve refuses (ErrInFlight) to put a container beside an in-flight container of
 // the same device count that is not interchangeable with it (same request, each selector accepting

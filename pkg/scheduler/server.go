@@ -205,7 +205,9 @@ func decodeBody[In any](w http.ResponseWriter, r *http.Request, limit int64) (*I
 	return in, 0, nil
 }
 
-// prepare reads a pod's GPU request and selector. It returns nil, nil for a pod without GPU requests.
+// prepare reads a pod's GPU request and selector, and its effective CPU and memory request (which
+// Fit checks against the node's known allocatable CPU and memory, as kube-scheduler does, and which
+// frag-aware weighs). It returns nil, nil for a pod without GPU requests.
 func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
 	req, err := annotations.ParsePodRequest(pod, s.names)
 	if err != nil {
@@ -218,7 +220,7 @@ func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.decider.Prepare(req, sel)
+	return s.decider.PrepareHost(req, sel, podHost(pod))
 }
 
 func argNames(args *extenderv1.ExtenderArgs) []string {
