@@ -2,17 +2,10 @@ package scenario
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -250,41 +243,12 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// writeServingCert writes a self-signed certificate for 127.0.0.1 (its own CA) to dir as tls.crt
-// and tls.key and returns the certificate PEM.
-func writeServingCert(dir string) ([]byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cardinal-bench webhook"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return nil, err
-	}
-	return certPEM, os.WriteFile(filepath.Join(dir, "tls.crt"), certPEM, 0o600)
-}
-
 // startWebhook runs the webhook in-process and registers it with the apiserver as the chart does
 // (test/integration/webhook does the same); it returns once the apiserver calls it.
 func (b *bed) startWebhook(t cluster.TB) *prometheus.Registry {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := writeServingCert(dir)
+	ca, err := cluster.WriteServingCert(dir, 24*time.Hour)
 	if err != nil {
 		t.Fatalf("webhook certificate: %v", err)
 	}

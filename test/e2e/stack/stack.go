@@ -200,7 +200,7 @@ func Start(t cluster.TB, o Options) *Stack {
 	s.ExtenderURL = "http://127.0.0.1:" + strconv.Itoa(extPort)
 
 	certDir := filepath.Join(c.Dir, "webhook-certs")
-	caPEM, err := writeServingCert(certDir)
+	caPEM, err := cluster.WriteServingCert(certDir, tokenLifetime)
 	if err != nil {
 		t.Fatalf("webhook certificate: %v", err)
 	}
