@@ -22,13 +22,6 @@ import (
 	"github.com/cardinal-gpu/cardinal/test/cluster"
 )
 
-// kubeletConfig is merged into the harness's KubeletConfiguration. In-place pod resize is off: with
-// the fake CRI, which reports no container resources, kubelet 1.34 dereferences a nil pod memory
-// limit in doPodResizeAction and crashes a while into a run.
-func kubeletConfig() map[string]any {
-	return map[string]any{"featureGates": map[string]bool{"InPlacePodVerticalScaling": false}}
-}
-
 // Where Cardinal is installed.
 const (
 	Namespace = "cardinal-system"
@@ -248,7 +241,7 @@ func Start(t cluster.TB, o Options) *Stack {
 	c.StartScheduler(t, s.SchedulerConfig)
 
 	for i, n := range o.Nodes {
-		k := c.AddKubelet(t, cluster.KubeletSpec{Name: n.Name, Labels: map[string]string{"nvidia.com/gpu.present": "true"}, Config: kubeletConfig()})
+		k := c.AddKubelet(t, cluster.KubeletSpec{Name: n.Name, Labels: map[string]string{"nvidia.com/gpu.present": "true"}})
 		s.Kubelets[n.Name] = k
 		node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
