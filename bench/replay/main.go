@@ -90,9 +90,13 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return sim.RunBatch(ctx, sim.BatchConfig{
-		NodesFile: *nodes, PodsFiles: *pods, Pairs: pairs, Seeds: seedList,
-		Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods), Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit),
-		Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
-		Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost, Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
+		NodesFile: *nodes, PodsFiles: *pods, Pairs: pairs,
+		Replay: sim.Config{
+			Seeds: seedList, Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods),
+			Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit),
+			Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
+			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost,
+		},
+		Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
 	}, os.Stdout)
 }

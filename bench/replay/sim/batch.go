@@ -35,18 +35,10 @@ type BatchConfig struct {
 	PodsFiles []string
 	// Pairs are the (node policy, card policy) pairs to run, in order.
 	Pairs [][2]annotations.Policy
-	Seeds []uint64
-	// Arrival, FragAt, CPUPods, Synthesis and Parallel are as in Config.
-	Arrival, FragAt float64
-	CPUPods         CPUPodPolicy
-	Scoring         Scoring
-	KubeFit         CPUPodPolicy
-	Synthesis       Synthesis
-	Parallel        int
-	IgnoreHost      bool
-	// HideHostFromCore is Config.HideHostFromCore.
-	HideHostFromCore bool
-	Format           Format
+	// Replay holds the settings every run shares (seeds, arrival, synthesis, ...); each run fills in
+	// its Nodes, Pods, NodePolicy and GPUPolicy.
+	Replay Config
+	Format Format
 	// PerSeed prints one line per seed as well.
 	PerSeed bool
 	Log     logr.Logger
@@ -137,8 +129,9 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 			return err
 		}
 		for _, pair := range c.Pairs {
-			res, err := Run(ctx, Config{Nodes: nodes, Pods: pods, NodePolicy: pair[0], GPUPolicy: pair[1], Seeds: c.Seeds,
-				Arrival: c.Arrival, FragAt: c.FragAt, CPUPods: c.CPUPods, Scoring: c.Scoring, KubeFit: c.KubeFit, Synthesis: c.Synthesis, Parallel: c.Parallel, IgnoreHost: c.IgnoreHost, HideHostFromCore: c.HideHostFromCore})
+			cfg := c.Replay
+			cfg.Nodes, cfg.Pods, cfg.NodePolicy, cfg.GPUPolicy = nodes, pods, pair[0], pair[1]
+			res, err := Run(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("%s with %s/%s: %w", pf, pair[0], pair[1], err)
 			}
@@ -148,8 +141,8 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 			rows = append(rows, row{pods: traceName(pf), pair: pair, res: res})
 		}
 	}
-	arrival := fmt.Sprintf("%.0f %%", 100*c.Arrival)
-	frag := fmt.Sprintf("%.0f %%", 100*c.FragAt)
+	arrival := fmt.Sprintf("%.0f %%", 100*c.Replay.Arrival)
+	frag := fmt.Sprintf("%.0f %%", 100*c.Replay.FragAt)
 	header := []string{"trace", "node/gpu policy", "alloc @100 %", "alloc @" + arrival, "first failure (arrival %)", "frag @" + frag + " (GPUs)", "frag @" + frag + " (% of free)", "of which CPU/memory (%)", "seeds", "time"}
 	var lines [][]string
 	for _, r := range rows {
