@@ -47,10 +47,13 @@ func runPluginCommand(resource string) int {
 }
 
 // fakeDevicePlugin is the smallest device plugin the kubelet accepts: pluginDevices healthy
-// devices, allocations answered with one environment variable.
+// devices (or one per entry of numa), allocations answered with one environment variable.
 type fakeDevicePlugin struct {
 	v1beta1.UnimplementedDevicePluginServer
-	resource  string
+	resource string
+	// numa, when set, is the NUMA node of each device, reported in its TopologyInfo: device
+	// "dev-<i>" sits on numa[i].
+	numa      []int64
 	allocated atomic.Int32 // container allocations answered
 }
 
@@ -95,9 +98,16 @@ func (p *fakeDevicePlugin) GetDevicePluginOptions(context.Context, *v1beta1.Empt
 }
 
 func (p *fakeDevicePlugin) ListAndWatch(_ *v1beta1.Empty, stream grpc.ServerStreamingServer[v1beta1.ListAndWatchResponse]) error {
-	devices := make([]*v1beta1.Device, pluginDevices)
+	n := pluginDevices
+	if len(p.numa) > 0 {
+		n = len(p.numa)
+	}
+	devices := make([]*v1beta1.Device, n)
 	for i := range devices {
 		devices[i] = &v1beta1.Device{ID: "dev-" + strconv.Itoa(i), Health: v1beta1.Healthy}
+		if len(p.numa) > 0 {
+			devices[i].Topology = &v1beta1.TopologyInfo{Nodes: []*v1beta1.NUMANode{{ID: p.numa[i]}}}
+		}
 	}
 	if err := stream.Send(&v1beta1.ListAndWatchResponse{Devices: devices}); err != nil {
 		return err

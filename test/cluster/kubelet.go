@@ -41,9 +41,10 @@ var kernelTunables = [...]struct{ path, value string }{
 }
 
 // namespaceScript runs as `sh -c` inside a fresh private mount namespace: it bind-mounts the
-// kubelet's folders over /var/lib and /var/log and the tunables' files over /proc/sys, then
-// becomes the kubelet. Arguments: $1 lib folder, $2 log folder, $3 count of tunable pairs, then
-// (file, target) pairs, then the command.
+// kubelet's folders over /var/lib and /var/log, the tunables' files over /proc/sys and the
+// synthetic machine (if any) over /sys/devices/system/{cpu,node} and /proc/cpuinfo, then becomes
+// the kubelet. Arguments: $1 lib folder, $2 log folder, $3 count of (source, target) pairs, then
+// the pairs, then the command.
 const namespaceScript = `set -e
 mount --bind "$1" /var/lib
 mount --bind "$2" /var/log
@@ -57,8 +58,57 @@ type KubeletSpec struct {
 	Name   string
 	Labels map[string]string
 	// Config is merged over the harness's KubeletConfiguration (top-level keys replace the
-	// harness's), e.g. {"maxPods": 20}. Keys the harness needs to isolate the kubelet win.
+	// harness's), e.g. {"maxPods": 20}. The fields below win over it, and the keys the harness
+	// needs to isolate the kubelet win over everything.
 	Config map[string]any
+
+	// Machine, when set, is the hardware the kubelet sees instead of the host's: a synthetic
+	// sysfs/procfs topology mounted in its namespace (see Machine). The kubelet's node then has
+	// Machine.NumCPUs() CPUs of capacity.
+	Machine *Machine
+	// TopologyManagerPolicy is none, best-effort, restricted or single-numa-node; "" keeps the
+	// kubelet's default (none).
+	TopologyManagerPolicy string
+	// TopologyManagerScope is container or pod; "" keeps the kubelet's default (container).
+	TopologyManagerScope string
+	// CPUManagerPolicy is none or static; "" keeps the kubelet's default (none). The static
+	// policy needs ReservedCPUs (or a cpu reservation in Config's systemReserved/kubeReserved).
+	CPUManagerPolicy string
+	// ReservedCPUs is the kubelet's reservedSystemCPUs, a CPU list such as "0" or "0,8": CPUs
+	// the static policy never hands out exclusively.
+	ReservedCPUs string
+}
+
+// resourceManagerConfig is the KubeletConfiguration of spec's typed resource-manager fields.
+func (spec KubeletSpec) resourceManagerConfig() (map[string]any, error) {
+	cfg := map[string]any{}
+	for key, v := range map[string]string{
+		"topologyManagerPolicy": spec.TopologyManagerPolicy,
+		"topologyManagerScope":  spec.TopologyManagerScope,
+		"cpuManagerPolicy":      spec.CPUManagerPolicy,
+		"reservedSystemCPUs":    spec.ReservedCPUs,
+	} {
+		if v != "" {
+			cfg[key] = v
+		}
+	}
+	if spec.CPUManagerPolicy == "static" && spec.ReservedCPUs == "" && !reservesCPU(spec.Config) {
+		return nil, errors.New("cpuManagerPolicy static needs ReservedCPUs (or a cpu reservation in systemReserved or kubeReserved): the kubelet refuses to start without")
+	}
+	return cfg, nil
+}
+
+// reservesCPU reports whether config reserves cpu in systemReserved or kubeReserved.
+func reservesCPU(config map[string]any) bool {
+	for _, key := range []string{"systemReserved", "kubeReserved"} {
+		if m, ok := config[key].(map[string]any); ok && m["cpu"] != nil {
+			return true
+		}
+		if m, ok := config[key].(map[string]string); ok && m["cpu"] != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Kubelet is a real kubelet in its own private mount namespace, where a per-kubelet folder is
@@ -74,8 +124,11 @@ type Kubelet struct {
 	DevicePluginDir string
 	// PodResourcesSocket is the kubelet's pod-resources API socket, Root/pod-resources/kubelet.sock.
 	PodResourcesSocket string
-	// Dir holds everything of this kubelet: lib (its /var/lib), log (its /var/log), config, fake CRI socket.
+	// Dir holds everything of this kubelet: lib (its /var/lib), log (its /var/log), config, fake
+	// CRI socket, machine (its synthetic sysfs and /proc/cpuinfo).
 	Dir string
+	// Machine is the hardware the kubelet sees, defaults filled in; nil when it sees the host's.
+	Machine *Machine
 	// Runtime is the fake CRI the kubelet talks to; it outlives kubelet restarts.
 	Runtime *fake.RemoteRuntime
 	// Process is the kubelet (the leader of its namespace).
@@ -108,6 +161,13 @@ func (c *Cluster) AddKubelet(t TB, spec KubeletSpec) *Kubelet {
 		Root:    filepath.Join(dir, "lib", "kubelet"),
 		cluster: c,
 	}
+	if spec.Machine != nil {
+		m := spec.Machine.withDefaults()
+		if err := m.validate(); err != nil {
+			t.Fatalf("kubelet %s: %v", spec.Name, err)
+		}
+		k.Machine = &m
+	}
 	k.DevicePluginDir = filepath.Join(k.Root, "device-plugins")
 	k.PodResourcesSocket = filepath.Join(k.Root, "pod-resources", "kubelet.sock")
 	for _, d := range []string{k.DevicePluginDir, filepath.Join(dir, "log"), filepath.Join(dir, "sys")} {
@@ -130,7 +190,11 @@ func (c *Cluster) AddKubelet(t TB, spec KubeletSpec) *Kubelet {
 	}
 	k.healthzURL = "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/healthz"
 	configPath := filepath.Join(dir, "config.yaml")
-	config, err := kubeletConfig(ports[0], ports[1], "unix://"+criSocket, spec.Config)
+	managers, err := spec.resourceManagerConfig()
+	if err != nil {
+		t.Fatalf("kubelet %s: %v", spec.Name, err)
+	}
+	config, err := kubeletConfig(ports[0], ports[1], "unix://"+criSocket, spec.Config, managers)
 	if err != nil {
 		t.Fatalf("kubelet %s: %v", spec.Name, err)
 	}
@@ -180,14 +244,23 @@ func (k *Kubelet) namespaceArgs() ([]string, error) {
 		}
 		pairs = append(pairs, file, kt.path)
 	}
+	if k.Machine != nil {
+		mounts, err := writeMachine(*k.Machine, filepath.Join(k.Dir, "machine"))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range mounts {
+			pairs = append(pairs, m.source, m.target)
+		}
+	}
 	args := []string{"unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", namespaceScript, "sh",
 		filepath.Join(k.Dir, "lib"), filepath.Join(k.Dir, "log"), strconv.Itoa(len(pairs) / 2)}
 	return append(args, pairs...), nil
 }
 
 // kubeletConfig is the KubeletConfiguration that runs a kubelet without a real runtime, cgroup
-// setup or host changes, on the given ports, with overrides merged over it.
-func kubeletConfig(port, healthzPort int, criEndpoint string, overrides map[string]any) ([]byte, error) {
+// setup or host changes, on the given ports, with each overrides map merged over it in turn.
+func kubeletConfig(port, healthzPort int, criEndpoint string, overrides ...map[string]any) ([]byte, error) {
 	cfg := map[string]any{
 		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
 		"kind":                        "KubeletConfiguration",
@@ -205,7 +278,9 @@ func kubeletConfig(port, healthzPort int, criEndpoint string, overrides map[stri
 		// run (seen crashing two kubelets of the e2e suite); nothing here resizes pods.
 		"featureGates": map[string]any{"InPlacePodVerticalScaling": false},
 	}
-	maps.Copy(cfg, overrides)
+	for _, o := range overrides {
+		maps.Copy(cfg, o)
+	}
 	// What isolates the kubelet from the host and from other kubelets is not negotiable.
 	maps.Copy(cfg, map[string]any{
 		"address":                  "127.0.0.1",
