@@ -1,0 +1,188 @@
+package topology
+
+// Policy is the kubelet's --topology-manager-policy.
+type Policy string
+
+// The kubelet's TopologyManager policies (topologymanager/policy_*.go).
+const (
+	PolicyNone           Policy = "none"
+	PolicyBestEffort     Policy = "best-effort"
+	PolicyRestricted     Policy = "restricted"
+	PolicySingleNUMANode Policy = "single-numa-node"
+)
+
+// Scope is the kubelet's --topology-manager-scope.
+type Scope string
+
+// The kubelet's TopologyManager scopes (topologymanager/scope_container.go, scope_pod.go).
+const (
+	ScopeContainer Scope = "container"
+	ScopePod       Scope = "pod"
+)
+
+// CPUPolicy is the kubelet's --cpu-manager-policy.
+type CPUPolicy string
+
+// The kubelet's CPU manager policies.
+const (
+	CPUPolicyNone   CPUPolicy = "none"
+	CPUPolicyStatic CPUPolicy = "static"
+)
+
+// DefaultMaxAllowableNUMANodes is the kubelet's limit on NUMA nodes when a policy other than none
+// is set (topology_manager.go, defaultMaxAllowableNUMANodes); beyond it the kubelet does not start.
+const DefaultMaxAllowableNUMANodes = 8
+
+// Node is what the model knows of one node's kubelet and NUMA layout.
+type Node struct {
+	Policy Policy
+	// Scope is container when empty (the kubelet's default).
+	Scope     Scope
+	CPUPolicy CPUPolicy
+	// PreferClosestNUMA is the policy option prefer-closest-numa-nodes: among equally wide
+	// preferred hints, the one whose NUMA nodes are closest (NUMANode.Distances) wins.
+	PreferClosestNUMA bool
+	// MaxAllowableNUMANodes is the policy option max-allowable-numa-nodes; 0 means
+	// DefaultMaxAllowableNUMANodes.
+	MaxAllowableNUMANodes int
+	// NUMA lists the node's NUMA nodes, each ID once (0-63), in any order.
+	NUMA []NUMANode
+}
+
+// NUMANode is one NUMA node and its CPUs as the static CPU manager counts them.
+type NUMANode struct {
+	ID int
+	// CPUs is every logical CPU of the NUMA node, reserved ones included (the CPU manager's
+	// CPUDetails; the narrowest CPU hint is computed from these).
+	CPUs int
+	// ReservedCPUs are the CPUs of this NUMA node in the kubelet's reserved set: never exclusive.
+	ReservedCPUs int
+	// ExclusiveCPUs are the CPUs of this NUMA node that containers hold exclusively now.
+	ExclusiveCPUs int
+	// Distances[j] is the distance to NUMA node j (sysfs node distance); only read with
+	// PreferClosestNUMA.
+	Distances []int
+}
+
+// FreeCPUs is what the static CPU manager can still give exclusively on this NUMA node.
+func (n *NUMANode) FreeCPUs() int {
+	if f := n.CPUs - n.ReservedCPUs - n.ExclusiveCPUs; f > 0 {
+		return f
+	}
+	return 0
+}
+
+// Device is one device the device plugin advertises for Cardinal's resource: a card's UUID, or a
+// share slot `<UUID>::<k>`.
+type Device struct {
+	ID string
+	// NUMA is the NUMA node the plugin reports in the device's TopologyInfo; negative when it
+	// reports none (the plugin's TopologyInfo switch off, or NUMA unknown).
+	NUMA    int
+	Healthy bool
+	// Held is true while a container holds the device (the kubelet's allocatedDevices).
+	Held bool
+}
+
+// Container is one container of the pod as the kubelet admits it.
+type Container struct {
+	Name string
+	// Init marks an init container; Restartable an init container with restartPolicy Always (a
+	// sidecar), which keeps its devices and CPUs instead of handing them on.
+	Init, Restartable bool
+	// Devices is the container's limit of Cardinal's resource.
+	Devices int
+	// CPUs is the container's CPU request when it is a whole number (0 otherwise); it counts only
+	// when the pod is Guaranteed and the CPU manager policy is static.
+	CPUs int
+}
+
+// Request is a pod as the kubelet admits it.
+type Request struct {
+	// Containers are the init containers in order, then the app containers in order: the kubelet's
+	// admission order.
+	Containers []Container
+	// Guaranteed is the pod's QoS class being Guaranteed.
+	Guaranteed bool
+	// Pick, when set, says which n device IDs of pool the device plugin (or, with no plugin call,
+	// the kubelet) takes for container c; it must return n distinct IDs of pool, otherwise the
+	// model takes the first n. Nil takes the first n (pool keeps the order of the devices given to
+	// Admit). Later containers' hints depend on what earlier ones took.
+	Pick func(c int, pool []string, n int) []string
+}
+
+// Hint is a TopologyHint: a NUMA affinity (zero: none) and whether it is preferred.
+type Hint struct {
+	Affinity  Mask
+	Preferred bool
+}
+
+// Result is the kubelet's admission of a pod.
+type Result struct {
+	// Unconstrained: the policy is none; the kubelet aligns nothing, every free device may be
+	// assigned (Containers is empty).
+	Unconstrained bool
+	// Pod is the pod's hint at pod scope (zero at container scope).
+	Pod Hint
+	// Containers follow Request.Containers.
+	Containers []ContainerResult
+}
+
+// ContainerResult is what the kubelet does for one container.
+type ContainerResult struct {
+	Name string
+	// Hint is the affinity the TopologyManager stores for the container (the pod's, at pod scope).
+	Hint    Hint
+	Devices Allocation
+	// CPUs counts the exclusive CPUs the container gets on each NUMA node, indexed like Node.NUMA;
+	// nil when it gets none.
+	CPUs []int
+}
+
+// Allocation is how the device manager picks a container's devices (devicesToAllocate). The
+// kubelet takes every ID of Fixed, then FromPool IDs of Pool: the device plugin chooses them when
+// AskPlugin (GetPreferredAllocation with available = Fixed+Pool, mustInclude = Fixed), otherwise
+// the kubelet takes any FromPool of them itself (an init container's devices handed on: the
+// kubelet picks at random, nothing can steer it).
+type Allocation struct {
+	Fixed     []string
+	Pool      []string
+	FromPool  int
+	AskPlugin bool
+	// Taken is what the model assumed was taken: Fixed, then the picks from Pool.
+	Taken []string
+}
+
+// Accepts reports whether the kubelet can end up giving exactly ids: all of Fixed and FromPool
+// distinct IDs of Pool. With FromPool > 0 and !AskPlugin it can, but only by chance.
+func (a *Allocation) Accepts(ids []string) bool {
+	if len(ids) != len(a.Fixed)+a.FromPool {
+		return false
+	}
+	fixed, pooled := 0, 0
+	for i, id := range ids {
+		for _, prev := range ids[:i] {
+			if prev == id {
+				return false
+			}
+		}
+		switch {
+		case contains(a.Fixed, id):
+			fixed++
+		case contains(a.Pool, id):
+			pooled++
+		default:
+			return false
+		}
+	}
+	return fixed == len(a.Fixed) && pooled == a.FromPool
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
