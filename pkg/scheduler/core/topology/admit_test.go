@@ -67,7 +67,7 @@ func cat(lists ...[]string) []string {
 	return out
 }
 
-func pref(ids ...int) Hint { return Hint{Affinity: MaskOf(ids...), Preferred: true} }
+func pref(ids ...int) Hint    { return Hint{Affinity: MaskOf(ids...), Preferred: true} }
 func nonPref(ids ...int) Hint { return Hint{Affinity: MaskOf(ids...)} }
 
 func TestAdmit(t *testing.T) {

@@ -103,13 +103,13 @@ func (r *Refusal) Error() string {
 		for _, f := range r.NUMA {
 			free += f.Devices
 		}
-		fmt.Fprintf(&b, "the kubelet has %s free, %d needed", plural(free, "card"), r.Devices)
+		fmt.Fprintf(&b, "the kubelet has %s, %d needed", plural(free, "free card"), r.Devices)
 	case ReasonCPUsUnavailable:
 		free := 0
 		for _, f := range r.NUMA {
 			free += f.CPUs
 		}
-		fmt.Fprintf(&b, "the kubelet's static CPU manager has %s free for exclusive use, %d needed", plural(free, "CPU"), r.CPUs)
+		fmt.Fprintf(&b, "the kubelet's static CPU manager has %s for exclusive use, %d needed", plural(free, "free CPU"), r.CPUs)
 	default:
 		fmt.Fprintf(&b, "the kubelet's %s policy cannot run on this node: %s", r.Policy, r.Detail)
 	}
