@@ -181,6 +181,34 @@ func (p *Process) Restart(t TB) {
 	}
 }
 
+// Args returns the command line the process starts with (the one RestartWith set, if any).
+func (p *Process) Args() ([]string, error) {
+	p.mu.Lock()
+	command := p.command
+	p.mu.Unlock()
+	cmd, err := command()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string(nil), cmd.Args...), nil
+}
+
+// RestartWith stops the process and starts args in its place, under the same name and log; later
+// restarts run args too. For processes started with StartProcess (a plain command line).
+func (p *Process) RestartWith(t TB, args ...string) {
+	t.Helper()
+	if len(args) == 0 {
+		t.Fatalf("restart %s: no command", p.Name)
+	}
+	p.Stop()
+	p.mu.Lock()
+	p.command = func() (*exec.Cmd, error) { return exec.Command(args[0], args[1:]...), nil }
+	p.mu.Unlock()
+	if err := p.start(); err != nil {
+		t.Fatalf("restart %s: %v", p.Name, err)
+	}
+}
+
 // Tail returns the last n lines of the process's log.
 func (p *Process) Tail(n int) string {
 	b, err := os.ReadFile(p.LogPath)
