@@ -9,8 +9,10 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
@@ -120,6 +123,12 @@ type harnessOptions struct {
 	nodePolicy, gpuPolicy annotations.Policy
 	// informer, when true, feeds the cache every pod the fake API server changes (as an informer).
 	informer bool
+	// ready is the server's cache-synced check (nil: always synced).
+	ready func() bool
+	// clock dates reservations (nil: the real clock).
+	clock clock.PassiveClock
+	// bindWait is ServerOptions.BindWait.
+	bindWait time.Duration
 }
 
 func newHarness(t *testing.T, o harnessOptions, objs ...runtime.Object) *harness {
@@ -136,6 +145,9 @@ func newHarness(t *testing.T, o harnessOptions, objs ...runtime.Object) *harness
 	}
 	client := fake.NewClientset(objs...)
 	cache := NewCache(annotations.DefaultResourceNames(), "cardinal-scheduler")
+	if o.clock != nil {
+		cache.WithClock(o.clock)
+	}
 	for _, obj := range objs {
 		switch o := obj.(type) {
 		case *corev1.Node:
@@ -153,33 +165,42 @@ func newHarness(t *testing.T, o harnessOptions, objs ...runtime.Object) *harness
 			return false, nil, nil
 		}
 		b := ca.GetObject().(*corev1.Binding)
-		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
-		if err != nil {
+		if err := h.commitBinding(b, o.informer); err != nil {
 			return true, nil, err
-		}
-		pod := obj.(*corev1.Pod).DeepCopy()
-		if pod.Spec.NodeName != "" {
-			return true, nil, fmt.Errorf("pod %s is already bound to %s", pod.Name, pod.Spec.NodeName)
-		}
-		pod.Spec.NodeName = b.Target.Name
-		for k, v := range b.Annotations { // the API server copies a Binding's annotations onto the pod
-			if pod.Annotations == nil {
-				pod.Annotations = map[string]string{}
-			}
-			pod.Annotations[k] = v
-		}
-		if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, pod.Namespace); err != nil {
-			return true, nil, err
-		}
-		if o.informer {
-			cache.UpsertPod(pod)
 		}
 		return true, b, nil
 	})
 	h.srv = NewServer(cache, ServerOptions{Client: client, Decider: d, Names: annotations.DefaultResourceNames(),
-		Pods: &clientPods{client: client}, Recorder: h.recorder})
+		Pods: &clientPods{client: client}, Recorder: h.recorder, Ready: o.ready, BindWait: o.bindWait})
 	h.handler = h.srv.Handler()
 	return h
+}
+
+// commitBinding does what the API server does for a pods/binding create: node name and the
+// Binding's annotations, in one update. With feed, the cache sees the pod (as an informer would).
+func (h *harness) commitBinding(b *corev1.Binding, feed bool) error {
+	obj, err := h.client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
+	if err != nil {
+		return err
+	}
+	pod := obj.(*corev1.Pod).DeepCopy()
+	if pod.Spec.NodeName != "" {
+		return apierrors.NewConflict(corev1.Resource("pods/binding"), pod.Name, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName))
+	}
+	pod.Spec.NodeName = b.Target.Name
+	for k, v := range b.Annotations { // the API server copies a Binding's annotations onto the pod
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[k] = v
+	}
+	if err := h.client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, pod.Namespace); err != nil {
+		return err
+	}
+	if feed {
+		h.cache.UpsertPod(pod)
+	}
+	return nil
 }
 
 func (h *harness) post(path string, body any) *httptest.ResponseRecorder {

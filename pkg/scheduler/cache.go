@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
@@ -20,6 +22,14 @@ var ErrInFlight = errors.New("waiting for a container in flight on the node")
 
 // ErrNoFit is wrapped by Reserve when the pod no longer fits the node.
 var ErrNoFit = errors.New("pod does not fit the node")
+
+// ErrAlreadyBound is wrapped by Reserve when the informer has shown the pod bound: a second bind
+// must never touch what the pod holds.
+var ErrAlreadyBound = errors.New("pod is already bound")
+
+// ErrBindPending is wrapped by Reserve when an earlier bind of the pod to another node may still
+// commit (its outcome was unknown): the pod may be bound only there until the reservation settles.
+var ErrBindPending = errors.New("an earlier binding of the pod may still commit")
 
 // use is one device ID a pod holds, as its records say, before it is resolved against a card.
 type use struct {
@@ -46,6 +56,12 @@ type podRecord struct {
 	inFlight []inFlight
 	// reserved is true for a record made by Reserve that the informer has not yet shown bound.
 	reserved bool
+	// asg is the assignment a reservation was made for (reserved records only): a retried bind of
+	// the pod to the same node writes it again, so a Binding that committed unseen and its retry
+	// agree on the cards.
+	asg *annotations.Assignment
+	// since is when the reservation was made or last confirmed by a bind (reserved records only).
+	since time.Time
 	// applied are the holdings added to the node's state, kept to remove exactly those.
 	applied []core.Holding
 }
@@ -89,12 +105,30 @@ type Cache struct {
 	seed   maphash.Seed
 	keyBuf []byte
 	models map[string]uint64
+	clock  clock.PassiveClock
+	// done is closed (and replaced) whenever a container stops being in flight; see InFlightDone.
+	done chan struct{}
 }
 
 // NewCache returns an empty cache.
 func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
-		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{}}
+		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{},
+		clock: clock.RealClock{}, done: make(chan struct{})}
+}
+
+// InFlightDone returns a channel that is closed the next time a container in flight on any node
+// is allocated (or its pod goes away), so a bind waiting for one can try again at once.
+func (c *Cache) InFlightDone() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.done
+}
+
+// WithClock makes the cache date reservations by clk (tests); it returns c.
+func (c *Cache) WithClock(clk clock.PassiveClock) *Cache {
+	c.clock = clk
+	return c
 }
 
 // UpsertNode records a node, its inventory and its allocatable CPU and memory; its pods' holdings
@@ -245,6 +279,10 @@ func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
 			c.bump(n)
 		}
 		delete(c.pods, uid)
+		if len(old.inFlight) > 0 && (rec == nil || len(rec.inFlight) < len(old.inFlight)) {
+			close(c.done)
+			c.done = make(chan struct{})
+		}
 	}
 	if rec != nil {
 		n := c.node(rec.node)
@@ -439,6 +477,9 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out = out[:0]
+	if node, ok := c.reservedNode(uid); ok {
+		return c.pinned(node, names, out)
+	}
 	free, waiting := false, false
 	for _, name := range names {
 		v := Verdict{}
@@ -494,6 +535,23 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 	return out
 }
 
+// pinned is Evaluate for a pod with a live reservation on node: only that node fits (a retried bind
+// there writes the reserved assignment again); every other node waits for the reservation to
+// settle, since the earlier Binding may still commit.
+func (c *Cache) pinned(node string, names []string, out []Verdict) []Verdict {
+	for _, name := range names {
+		v := Verdict{Score: core.MaxScore}
+		if n, ok := c.nodes[name]; ok {
+			v.gen = n.gen
+		}
+		if name != node {
+			v.Reason = &core.Reason{Kind: core.ReasonBindPending, Detail: node}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // hostHash mixes a node's CPU and memory into its key's hash in Evaluate, for policies that read
 // them (equal hashes are then checked field by field).
 func hostHash(h *core.HostState) uint64 {
@@ -522,11 +580,25 @@ func (c *Cache) Fresh(names []string, verdicts []Verdict, ok []bool) {
 }
 
 // Reserve decides the pod on the node with the cache's current state and, when it fits and need
-// not wait, holds its devices until the informer shows it bound or Release is called. It returns
-// the assignment to write. Errors wrap ErrNoFit or ErrInFlight.
+// not wait, holds its devices until the informer shows it bound, Release is called, or the
+// reservation expires (ExpireReservation). It returns the assignment to write. A pod the informer
+// has shown bound is refused (ErrAlreadyBound) and its holdings stay untouched. A pod that still
+// has a reservation (an earlier bind whose outcome was unknown) gets the same assignment again on
+// the same node, and ErrBindPending on any other. Other errors wrap ErrNoFit or ErrInFlight.
 func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (annotations.Assignment, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old := c.pods[uid]; old != nil {
+		switch {
+		case !old.reserved:
+			return annotations.Assignment{}, fmt.Errorf("pod %s holds devices on node %s: %w", key, old.node, ErrAlreadyBound)
+		case old.node != node:
+			return annotations.Assignment{}, fmt.Errorf("pod %s: a binding to node %s may still commit; it settles within the reservation timeout: %w", key, old.node, ErrBindPending)
+		case old.asg != nil:
+			old.since = c.clock.Now()
+			return *old.asg, nil
+		}
+	}
 	n, ok := c.nodes[node]
 	if !ok || n.state == nil {
 		r := &core.Reason{Kind: core.ReasonUnknownNode}
@@ -534,9 +606,6 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 			r = n.reason
 		}
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
-	}
-	if old := c.pods[uid]; old != nil && old.node == node && !old.reserved {
-		return annotations.Assignment{}, fmt.Errorf("pod %s already holds devices on node %s: %w", key, node, ErrNoFit)
 	}
 	plan, r := p.Fit(n.state, &c.mix)
 	if r != nil {
@@ -546,7 +615,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrInFlight)
 	}
 	a := plan.Assignment(n.state)
-	rec := &podRecord{uid: uid, key: key, node: node, reserved: true}
+	rec := &podRecord{uid: uid, key: key, node: node, reserved: true, asg: &a, since: c.clock.Now()}
 	for _, ca := range a.Containers {
 		for _, d := range ca.Devices {
 			rec.uses = append(rec.uses, use{id: d.ID, memMiB: d.MemoryMiB, cores: d.Cores})
@@ -560,6 +629,52 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 		c.setHost(uid, hostRecord{node: node, req: p.Host, reserved: true}, p.Host != core.HostRequest{})
 	}
 	return a, nil
+}
+
+// Reservation is a reservation Reserve made that the informer has not yet shown bound.
+type Reservation struct {
+	UID   types.UID
+	Key   string // namespace/name
+	Node  string
+	Since time.Time
+}
+
+// Reservations returns the reservations made or last confirmed before cutoff, oldest first is not
+// promised. The caller reads each pod back and settles it (ExpireReservation or UpsertPod).
+func (c *Cache) Reservations(cutoff time.Time) []Reservation {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []Reservation
+	for _, p := range c.pods {
+		if p.reserved && p.since.Before(cutoff) {
+			out = append(out, Reservation{UID: p.uid, Key: p.key, Node: p.node, Since: p.since})
+		}
+	}
+	return out
+}
+
+// ExpireReservation drops the reservation r when it is still the pod's record and unchanged since
+// Reservations returned it (the pod was read back unbound or gone).
+func (c *Cache) ExpireReservation(r Reservation) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.pods[r.UID]
+	if old == nil || !old.reserved || old.node != r.Node || !old.since.Equal(r.Since) {
+		return false
+	}
+	c.replace(r.UID, old, nil)
+	if h, ok := c.hosts[r.UID]; ok && h.reserved {
+		c.setHost(r.UID, hostRecord{}, false)
+	}
+	return true
+}
+
+// reservedNode returns the node of the pod's live reservation, if it has one. Callers hold mu.
+func (c *Cache) reservedNode(uid types.UID) (string, bool) {
+	if p := c.pods[uid]; p != nil && p.reserved {
+		return p.node, true
+	}
+	return "", false
 }
 
 func dedupUses(us []use) []use {

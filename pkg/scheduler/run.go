@@ -52,6 +52,13 @@ type Config struct {
 	Resources annotations.ResourceNames
 	// MaxBodyBytes bounds a request body (DefaultMaxBodyBytes when 0).
 	MaxBodyBytes int64
+	// ReservationTTL is how long a bind's reservation waits for its pod to show up bound before the
+	// pod is read back and, if still unbound, its cards are freed (DefaultReservationTTL when 0).
+	ReservationTTL time.Duration
+	// BindWait is how long a bind may wait for a container in flight on the node to be allocated
+	// before it answers "in flight" (kube-scheduler then backs the pod off). Keep it below the
+	// extender's httpTimeout; 0 never waits.
+	BindWait time.Duration
 	// Log is the logger.
 	Log logr.Logger
 }
@@ -59,7 +66,8 @@ type Config struct {
 // DefaultConfig returns the defaults the binary's flags start from.
 func DefaultConfig() Config {
 	return Config{Listen: "127.0.0.1:8888", SchedulerName: "cardinal-scheduler", NodePolicy: annotations.PolicyBinpack,
-		GPUPolicy: annotations.PolicyBinpack, Resources: annotations.DefaultResourceNames(), Log: logr.Discard()}
+		GPUPolicy: annotations.PolicyBinpack, Resources: annotations.DefaultResourceNames(), Log: logr.Discard(),
+		ReservationTTL: DefaultReservationTTL, BindWait: DefaultBindWait}
 }
 
 func (c *Config) validate() error {
@@ -75,6 +83,12 @@ func (c *Config) validate() error {
 	}
 	if _, err := core.New(core.Options{NodePolicy: c.NodePolicy, GPUPolicy: c.GPUPolicy}); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ReservationTTL < 0 {
+		errs = append(errs, fmt.Errorf("reservation TTL %s is negative", c.ReservationTTL))
+	}
+	if c.BindWait < 0 {
+		errs = append(errs, fmt.Errorf("bind wait %s is negative", c.BindWait))
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("max body bytes %d is negative", c.MaxBodyBytes))
@@ -146,7 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Pods: &clientPods{client: client, lookup: func(ns, name string) (*corev1.Pod, error) {
 			return podLister.Pods(ns).Get(name)
 		}},
-		Ready: synced.Load, MaxBody: cfg.MaxBodyBytes,
+		Ready: synced.Load, MaxBody: cfg.MaxBodyBytes, BindWait: cfg.BindWait,
 	})
 
 	ln := cfg.Listener
@@ -178,6 +192,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if toolscache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, podInf.HasSynced) {
 			synced.Store(true)
 			log.Info("caches synced")
+			ttl := cfg.ReservationTTL
+			if ttl == 0 {
+				ttl = DefaultReservationTTL
+			}
+			srv.runReservationSweeper(ctx, ttl)
 		}
 	}()
 

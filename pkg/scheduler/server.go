@@ -52,6 +52,7 @@ type Server struct {
 	metrics  *metrics
 	ready    func() bool
 	maxBody  int64
+	bindWait time.Duration
 	registry *prometheus.Registry
 
 	memoMu sync.Mutex
@@ -102,12 +103,18 @@ type ServerOptions struct {
 	// Ready reports whether the cache has synced; nil means always.
 	Ready   func() bool
 	MaxBody int64
+	// BindWait is how long a bind waits for a container in flight on its node (0: not at all).
+	BindWait time.Duration
 }
+
+// DefaultBindWait is how long a bind waits for a container in flight on its node to be allocated:
+// below the chart's extender httpTimeout (3 s), so the answer reaches kube-scheduler in time.
+const DefaultBindWait = 2 * time.Second
 
 // NewServer builds the HTTP layer around a cache.
 func NewServer(cache *Cache, o ServerOptions) *Server {
 	s := &Server{log: o.Log, client: o.Client, cache: cache, decider: o.Decider, names: o.Names, pods: o.Pods,
-		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody}
+		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody, bindWait: o.BindWait}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
@@ -133,12 +140,26 @@ func (s *Server) Handler() http.Handler {
 	r.POST("/filter", route(s, "filter", func(ctx context.Context, a *extenderArgs) *filterResult {
 		return (*filterResult)(s.Filter(ctx, a.upstream()))
 	}))
-	r.POST("/prioritize", route(s, "prioritize", func(ctx context.Context, a *extenderArgs) *priorityList {
+	r.POST("/prioritize", s.synced("prioritize"), route(s, "prioritize", func(ctx context.Context, a *extenderArgs) *priorityList {
 		return (*priorityList)(s.Prioritize(ctx, a.upstream()))
 	}))
 	r.POST("/bind", route(s, "bind", s.Bind))
 	s.probeRoutes(r)
 	return r
+}
+
+// synced refuses a verb with 503 until the cache has synced: a score from a cache that has not seen
+// every pod ranks nodes by cards that look free but are not. (Filter and bind answer in their own
+// result's error field, which kube-scheduler reports on the pod.)
+func (s *Server) synced(verb string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if !s.ready() {
+			s.metrics.requests.WithLabelValues(verb, "not_ready").Inc()
+			c.AbortWithStatusJSON(http.StatusServiceUnavailable, errorResult{Error: errNotSynced.Error()})
+			return
+		}
+		c.Next()
+	}
 }
 
 // ProbeHandler serves only /healthz, /readyz and /metrics: what may be exposed beyond loopback.
@@ -246,7 +267,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	}
 	if !s.ready() {
 		s.metrics.requests.WithLabelValues("filter", "error").Inc()
-		return &extenderv1.ExtenderFilterResult{Error: "GPU scheduler cache is not synced yet"}
+		return &extenderv1.ExtenderFilterResult{Error: errNotSynced.Error()}
 	}
 	p, err := s.prepare(args.Pod)
 	if err != nil {
@@ -358,12 +379,20 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
 		return "bad_request", fmt.Errorf("bind request needs podName, podNamespace and node")
 	}
+	if !s.ready() {
+		// Without every bound pod in the cache, a card a running pod holds looks free.
+		return "not_ready", errNotSynced
+	}
 	pod, err := s.pods.Pod(ctx, args.PodNamespace, args.PodName)
 	if err != nil {
 		return "error", fmt.Errorf("get pod %s/%s: %w", args.PodNamespace, args.PodName, err)
 	}
 	if args.PodUID != "" && pod.UID != args.PodUID {
 		return "error", fmt.Errorf("pod %s/%s has UID %s, bind asked for %s", args.PodNamespace, args.PodName, pod.UID, args.PodUID)
+	}
+	if pod.Spec.NodeName != "" {
+		// Never touch what a bound pod holds: a second bind must not move its reservation.
+		return "already_bound", fmt.Errorf("pod %s/%s is already bound to node %s: %w", pod.Namespace, pod.Name, pod.Spec.NodeName, ErrAlreadyBound)
 	}
 	p, err := s.prepare(pod)
 	if err != nil {
@@ -377,16 +406,30 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		return "bound", nil
 	}
 	key := pod.Namespace + "/" + pod.Name
-	asg, err := s.cache.Reserve(pod.UID, key, p, args.Node)
+	asg, err := s.reserve(ctx, pod, key, p, args.Node)
 	if err != nil {
 		s.event(pod, err)
-		if errors.Is(err, ErrInFlight) {
+		switch {
+		case errors.Is(err, ErrInFlight):
 			return "in_flight", err
+		case errors.Is(err, ErrAlreadyBound):
+			return "already_bound", err
+		case errors.Is(err, ErrBindPending):
+			return "bind_pending", err
 		}
 		return "no_fit", err
 	}
 	if err := s.writeAndBind(ctx, pod, asg); err != nil {
-		s.cache.Release(pod.UID)
+		switch s.settle(ctx, pod, asg, err) {
+		case bindCommitted:
+			log.Info("binding reported an error but committed", logging.KeyReason, err.Error())
+			return "bound", nil
+		case bindFailed:
+			s.cache.Release(pod.UID)
+		case bindUnknown:
+			// The reservation stays: the Binding may still commit. A retry writes the same
+			// assignment; the reservation expires if the pod is still unbound after ReservationTTL.
+		}
 		s.event(pod, err)
 		return "error", err
 	}
@@ -394,6 +437,91 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		log.Info("bound", logging.KeyDevices, fmt.Sprint(asg.Containers))
 	}
 	return "bound", nil
+}
+
+// errNotSynced refuses verbs that would act on a cache that has not seen every pod yet.
+var errNotSynced = errors.New("GPU scheduler cache is not synced yet")
+
+// bindOutcome is what a failed Binding POST turned out to have done.
+type bindOutcome int
+
+const (
+	// bindFailed: the Binding certainly did not bind the pod with this assignment.
+	bindFailed bindOutcome = iota
+	// bindCommitted: the pod is bound to the node with this assignment despite the error.
+	bindCommitted
+	// bindUnknown: the write may still commit (a timeout, a lost reply, an unreadable pod).
+	bindUnknown
+)
+
+// settle finds out what a Binding POST that returned err did, by reading the pod back from the API
+// server (not the informer, which may lag): only an answer that proves the pod unbound by this
+// write frees its reservation.
+func (s *Server) settle(ctx context.Context, pod *corev1.Pod, asg annotations.Assignment, err error) bindOutcome {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	got, gerr := s.client.CoreV1().Pods(pod.Namespace).Get(rctx, pod.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(gerr):
+		return bindFailed
+	case gerr != nil:
+		return bindUnknown
+	case got.UID != pod.UID:
+		return bindFailed // deleted and created again: the reservation's pod is gone
+	case got.Spec.NodeName == asg.Node && sameAssignment(got, asg):
+		return bindCommitted
+	case got.Spec.NodeName != "":
+		return bindFailed // bound elsewhere or with other cards: the informer records what it holds
+	case definitive(err):
+		return bindFailed
+	}
+	return bindUnknown
+}
+
+// settleTimeout bounds the read-back of a pod after a failed Binding.
+const settleTimeout = 5 * time.Second
+
+// sameAssignment reports whether the pod carries exactly the assignment asg.
+func sameAssignment(pod *corev1.Pod, asg annotations.Assignment) bool {
+	enc, err := annotations.EncodeAssignment(asg)
+	return err == nil && pod.Annotations[annotations.GPUAssignment] == enc
+}
+
+// definitive reports whether a Binding error proves the API server did not apply the write: it
+// refused the request before storing anything. Timeouts, lost replies and server errors do not.
+func definitive(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) ||
+		apierrors.IsUnauthorized(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) ||
+		apierrors.IsAlreadyExists(err) || apierrors.IsTooManyRequests(err) || apierrors.IsMethodNotSupported(err) ||
+		apierrors.IsRequestEntityTooLargeError(err)
+}
+
+// reserve is Cache.Reserve; when the pod must wait for a container in flight on the node and the
+// server may wait (BindWait), it waits for the node to change and tries again, so a burst of
+// different pods on one node is not left to kube-scheduler's backoff.
+func (s *Server) reserve(ctx context.Context, pod *corev1.Pod, key string, p *core.Pod, node string) (annotations.Assignment, error) {
+	var deadline <-chan time.Time
+	for {
+		// Take the wake-up channel before trying, so an allocation between the try and the wait
+		// is not missed.
+		wake := s.cache.InFlightDone()
+		asg, err := s.cache.Reserve(pod.UID, key, p, node)
+		if err == nil || !errors.Is(err, ErrInFlight) || s.bindWait <= 0 {
+			return asg, err
+		}
+		if deadline == nil {
+			t := time.NewTimer(s.bindWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			return asg, err
+		case <-ctx.Done():
+			return asg, err
+		}
+	}
 }
 
 // writeAndBind binds the pod with its assignment in one write: the API server copies a Binding's
@@ -448,6 +576,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	nodes    *prometheus.CounterVec
 	binds    *prometheus.CounterVec
+	expired  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -467,9 +596,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cardinal_extender_binds_total",
-			Help: "Bind calls by outcome (bound, no_fit, in_flight, error, bad_request).",
+			Help: "Bind calls by outcome (bound, no_fit, in_flight, already_bound, bind_pending, not_ready, error, bad_request).",
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds)
+	m.expired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cardinal_extender_reservations_expired_total",
+		Help: "Reservations freed because their pod was still unbound (or gone) after the reservation timeout.",
+	})
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired)
 	return m
 }

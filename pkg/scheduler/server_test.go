@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -197,7 +198,8 @@ func TestBindFailureReleasesAndRecordsEvent(t *testing.T) {
 	h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 1}), pod)
 	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "binding" {
-			return true, nil, errors.New("apiserver says no")
+			// A refusal proves the write did not happen (an error that does not is TestBindOutcomeUnknown's).
+			return true, nil, apierrors.NewForbidden(corev1.Resource("pods/binding"), "p", errors.New("apiserver says no"))
 		}
 		return false, nil, nil
 	})

@@ -34,6 +34,9 @@ const (
 	// ReasonHost: the node's known CPU or memory (NodeState.Host) cannot hold the pod's request
 	// (Pod.Host): HostNeed, HostFree and HostAlloc say how much.
 	ReasonHost
+	// ReasonBindPending: an earlier bind of the pod to another node (Detail) had an unknown outcome
+	// and may still commit; the pod may go only there until that settles.
+	ReasonBindPending
 )
 
 // Reason says why a pod does not fit a node. String renders it for people (FailedNodes, events).
@@ -122,6 +125,8 @@ func (r *Reason) String() string {
 		fmt.Fprintf(&b, "waits until %s is allocated (in flight with %s, not interchangeable)", r.Detail, cards(r.Need))
 	case ReasonHost:
 		b.WriteString(r.hostText())
+	case ReasonBindPending:
+		fmt.Fprintf(&b, "an earlier binding to node %s may still commit; waiting for it to settle", r.Detail)
 	default:
 		fmt.Fprintf(&b, "reason %d", int(r.Kind))
 	}

@@ -1,0 +1,200 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// Fault windows of the extender (issue: never double-book). Each test names the fault it injects;
+// the invariant is always the same: a card a pod may run on is never given to another pod.
+
+// held is how many device IDs of card i of node are held in the cache.
+func (h *harness) held(node string, i int) int {
+	h.t.Helper()
+	u := h.cache.NodeUsage(node)
+	if u == nil {
+		h.t.Fatalf("node %s has no state", node)
+	}
+	return u.Cards[i].Held
+}
+
+// failBindings makes every Binding POST return err; with commit, the write is applied first (a
+// reply lost after the API server stored it, e.g. kube-scheduler's httpTimeout firing).
+func (h *harness) failBindings(commit bool, err error) {
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ca, ok := a.(k8stesting.CreateAction)
+		if !ok || ca.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		if commit {
+			if cerr := h.commitBinding(ca.GetObject().(*corev1.Binding), false); cerr != nil {
+				return true, nil, cerr
+			}
+		}
+		return true, nil, err
+	})
+}
+
+// A second bind of a pod the informer shows bound must not move or free what it holds: before the
+// fix, bind x→n2 unapplied x's card on n1 and y was then bound onto it.
+func TestBindOfBoundPodKeepsItsCards(t *testing.T) {
+	x, y := gpuPod("x", nil, ctr{name: "m", gpu: 1}), gpuPod("y", nil, ctr{name: "m", gpu: 1})
+	h := newHarness(t, harnessOptions{informer: true},
+		gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 1}), gpuNode(nodeSpec{name: "n2", model: a40, memMiB: 100, count: 1}))
+	h.createPods(x, y)
+	if err := h.bind("x", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	// The lister may still show x unbound; the cache's record must refuse on its own.
+	h.srv.pods = staticPods{x}
+	err := h.bind("x", "n2")
+	if !strings.Contains(err, ErrAlreadyBound.Error()) {
+		t.Fatalf("second bind of x: %q, want %q", err, ErrAlreadyBound)
+	}
+	if got := h.held("n1", 0); got != 1 {
+		t.Fatalf("x's card on n1 held %d times after the refused bind, want 1", got)
+	}
+	h.srv.pods = &clientPods{client: h.client}
+	if err := h.bind("y", "n1"); !strings.Contains(err, ErrNoFit.Error()) {
+		t.Fatalf("bind y onto x's only card: %q, want no fit", err)
+	}
+	// And a bind for a pod whose object is already bound is refused before anything is reserved.
+	if err := h.bind("x", "n2"); !strings.Contains(err, "already bound to node n1") {
+		t.Fatalf("bind of a bound pod: %q", err)
+	}
+	if got := h.held("n2", 0); got != 0 {
+		t.Fatalf("n2's card held %d times, want 0", got)
+	}
+}
+
+// staticPods is a PodSource that answers stale copies (a lagging lister).
+type staticPods []*corev1.Pod
+
+func (s staticPods) Pod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	for _, p := range s {
+		if p.Namespace == ns && p.Name == name {
+			return p.DeepCopy(), nil
+		}
+	}
+	return nil, errors.New("not found")
+}
+
+// A Binding that commits but returns an error (the context deadline kube-scheduler's httpTimeout
+// produces) must not free the card: before the fix the next bind double-booked it.
+func TestBindCommittedDespiteErrorKeepsCard(t *testing.T) {
+	x, y := gpuPod("x", nil, ctr{name: "m", gpu: 1}), gpuPod("y", nil, ctr{name: "m", gpu: 1})
+	h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 1}))
+	h.createPods(x, y)
+	h.failBindings(true, context.DeadlineExceeded)
+	if err := h.bind("x", "n1"); err != "" {
+		t.Fatalf("bind x: %q; the read-back shows it bound with its assignment, so it succeeded", err)
+	}
+	if got := h.held("n1", 0); got != 1 {
+		t.Fatalf("card held %d times, want 1", got)
+	}
+	if err := h.bind("y", "n1"); !strings.Contains(err, ErrNoFit.Error()) {
+		t.Fatalf("bind y: %q, want no fit (x holds the only card)", err)
+	}
+}
+
+// A Binding whose outcome is unknown (no reply, pod still unbound when read back) keeps the
+// reservation; a retry on the same node writes the same assignment, another node waits, and after
+// the reservation timeout a pod still unbound loses it.
+func TestBindOutcomeUnknown(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	x, y := gpuPod("x", nil, ctr{name: "m", gpu: 1}), gpuPod("y", nil, ctr{name: "m", gpu: 1})
+	h := newHarness(t, harnessOptions{clock: clk},
+		gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 2}), gpuNode(nodeSpec{name: "n2", model: a40, memMiB: 100, count: 1}))
+	h.createPods(x, y)
+	h.failBindings(false, errors.New("http2: client connection lost"))
+	if err := h.bind("x", "n1"); !strings.Contains(err, "connection lost") {
+		t.Fatalf("bind x: %q", err)
+	}
+	if got := h.held("n1", 0) + h.held("n1", 1); got != 1 {
+		t.Fatalf("n1 holds %d device IDs after an unknown outcome, want x's 1", got)
+	}
+	first := h.cache.pods[x.UID].asg
+
+	// Filter pins the pod to the node its earlier binding may still land on.
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: x, NodeNames: names("n1", "n2")}))
+	if got := *res.NodeNames; len(got) != 1 || got[0] != "n1" {
+		t.Fatalf("filter of a pod with a pending binding: fit %v, failed %v", got, res.FailedNodes)
+	}
+	if !strings.Contains(res.FailedNodes["n2"], "earlier binding to node n1") {
+		t.Errorf("n2 reason %q", res.FailedNodes["n2"])
+	}
+	if err := h.bind("x", "n2"); !strings.Contains(err, ErrBindPending.Error()) {
+		t.Fatalf("bind x to n2: %q, want %q", err, ErrBindPending)
+	}
+
+	// The API answers again: the retry on n1 writes the very same assignment.
+	h.client.ReactionChain = h.client.ReactionChain[1:]
+	if err := h.bind("x", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	got, node := h.assignmentOf("default", "x")
+	if node != "n1" || got == nil || got.Containers[0].Devices[0].ID != first.Containers[0].Devices[0].ID {
+		t.Fatalf("retry bound x to %s with %+v, want the reserved %+v", node, got, first)
+	}
+
+	// y's binding is lost too and y never gets bound: the reservation expires after the TTL.
+	h.failBindings(false, errors.New("http2: client connection lost"))
+	if err := h.bind("y", "n2"); err == "" {
+		t.Fatal("bind y succeeded")
+	}
+	if h.held("n2", 0) != 1 {
+		t.Fatal("y's reservation is not held")
+	}
+	h.srv.settleReservations(context.Background(), DefaultReservationTTL)
+	if h.held("n2", 0) != 1 {
+		t.Fatal("a fresh reservation expired")
+	}
+	clk.SetTime(clk.Now().Add(DefaultReservationTTL + time.Second))
+	h.srv.settleReservations(context.Background(), DefaultReservationTTL)
+	if got := h.held("n2", 0); got != 0 {
+		t.Fatalf("y's reservation still held %d after the TTL with y unbound", got)
+	}
+	// x is bound (the informer was never told): settling keeps its card, now as a bound record.
+	if got := h.held("n1", 0) + h.held("n1", 1); got != 1 {
+		t.Fatalf("x's card held %d times after settling, want 1", got)
+	}
+	if rec := h.cache.pods[x.UID]; rec == nil || rec.reserved {
+		t.Fatalf("x's record after settling: %+v, want a bound record", rec)
+	}
+}
+
+// Until the caches have synced, a card a running pod holds looks free: bind and prioritize refuse.
+func TestBindAndPrioritizeWaitForSync(t *testing.T) {
+	synced := false
+	x := gpuPod("x", nil, ctr{name: "m", gpu: 1})
+	h := newHarness(t, harnessOptions{ready: func() bool { return synced }}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 1}))
+	h.createPods(x)
+	if err := h.bind("x", "n1"); !strings.Contains(err, errNotSynced.Error()) {
+		t.Fatalf("bind before sync: %q", err)
+	}
+	if _, node := h.assignmentOf("default", "x"); node != "" {
+		t.Fatalf("pod bound to %s before sync", node)
+	}
+	if w := h.post("/prioritize", extenderv1.ExtenderArgs{Pod: x, NodeNames: names("n1")}); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("prioritize before sync: %d %s", w.Code, w.Body.String())
+	}
+	synced = true
+	if err := h.bind("x", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	p, err := h.client.CoreV1().Pods("default").Get(t.Context(), "x", metav1.GetOptions{})
+	if err != nil || p.Spec.NodeName != "n1" {
+		t.Fatalf("x not bound after sync: %v", err)
+	}
+}
