@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -251,18 +253,34 @@ func newLogWatcher(t *testing.T, path string) *logWatcher {
 // wait polls the log every 5ms until a new line contains substr, and returns that line.
 func (w *logWatcher) wait(t *testing.T, timeout time.Duration, substr string) string {
 	t.Helper()
+	f, err := os.Open(w.path)
+	if err != nil {
+		t.Fatalf("log %s: %v", w.path, err)
+	}
+	defer f.Close()
 	deadline := time.Now().Add(timeout)
+	var partial []byte // a line not yet complete
+	buf := make([]byte, 64<<10)
 	for {
-		b, err := os.ReadFile(w.path)
-		if err != nil {
-			t.Fatalf("log %s: %v", w.path, err)
-		}
-		if int64(len(b)) > w.offset {
-			for line := range strings.Lines(string(b[w.offset:])) {
+		n, err := f.ReadAt(buf, w.offset)
+		if n > 0 {
+			w.offset += int64(n)
+			partial = append(partial, buf[:n]...)
+			for {
+				i := bytes.IndexByte(partial, '\n')
+				if i < 0 {
+					break
+				}
+				line := string(partial[:i])
+				partial = partial[i+1:]
 				if strings.Contains(line, substr) {
 					return strings.TrimSpace(line)
 				}
 			}
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatalf("log %s: %v", w.path, err)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("waiting for %q in %s: timed out after %s", substr, w.path, timeout)
