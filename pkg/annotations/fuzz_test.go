@@ -49,7 +49,14 @@ func FuzzDecodeInventory(f *testing.F) {
 		`{"v":1,"gpus":[{"uuid":"GPU-a::1","shares":2}]}`,
 		`{"v":1,"gpus":[{"uuid":"GPU-a","memoryMiB":-1,"shares":1}]}`,
 		`{"v":1,"gpus":[{"UUID":"GPU-a","Shares":3,"numa":-1}]}`,
-		`{"v":1,"gpus":[]}`, `{"v":1,"gpus":null}`)
+		`{"v":1,"gpus":[]}`, `{"v":1,"gpus":null}`,
+		`{"v":1,"gpus":[],"kubelet":{"topologyManagerPolicy":"restricted","topologyManagerScope":"pod","cpuManagerPolicy":"none","numa":[{"id":0,"cpus":4,"distances":[10]}]}}`,
+		`{"v":1,"gpus":[],"kubelet":{"topologyManagerPolicy":"none","topologyManagerScope":"container","cpuManagerPolicy":"static","numa":[{"id":0},{"id":0}]}}`,
+		`{"v":1,"gpus":[],"kubelet":{"topologyManagerPolicy":"best-effort","topologyManagerScope":"container","cpuManagerPolicy":"static","maxAllowableNUMANodes":7,"numa":null}}`,
+		`{"v":1,"gpus":[],"kubelet":null}`, `{"v":1,"gpus":[],"kubelet":[]}`)
+	if s, err := EncodeInventory(sampleKubeletInventory()); err == nil {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, in string) {
 		got, err := DecodeInventory(in)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -106,8 +107,28 @@ func slashConstants(t *testing.T) map[string]string {
 	return out
 }
 
+// jsonFields lists the JSON names of a struct's fields in order, a slice of structs as "name" then
+// its fields as "name[].field".
+func jsonFields(typ reflect.Type, prefix string) []string {
+	var out []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		out = append(out, prefix+name)
+		if f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct {
+			out = append(out, jsonFields(f.Type.Elem(), prefix+name+"[].")...)
+		}
+	}
+	return out
+}
+
 func TestReadmeTablesMatchConstants(t *testing.T) {
 	tables := readmeTables(t, contractSection(t))
+	const kubeletTableHeader = "| field | value | meaning |"
+	if diff := cmp.Diff(jsonFields(reflect.TypeOf(KubeletTopology{}), ""), tables[kubeletTableHeader]); diff != "" {
+		t.Errorf("README kubelet field table (first column, in order) differs from KubeletTopology's JSON fields (-code +README):\n%s", diff)
+	}
+	delete(tables, kubeletTableHeader)
 	const (
 		resourceTable = "| resource | flag | value | meaning |"
 		podTable      = "| key | value | rule |"
@@ -163,8 +184,26 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 func TestReadmeJSONExamples(t *testing.T) {
 	section := contractSection(t)
 	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section, -1)
-	if len(blocks) != 3 {
-		t.Fatalf("README contract has %d json blocks, want 3 (inventory, assignment, allocation)", len(blocks))
+	if len(blocks) != 4 {
+		t.Fatalf("README contract has %d json blocks, want 4 (inventory, inventory with kubelet, assignment, allocation)", len(blocks))
+	}
+	kraw := blocks[1][1]
+	kinv, err := DecodeInventory(kraw)
+	if err != nil {
+		t.Errorf("inventory with kubelet example: %v", err)
+	}
+	wantKinv := sampleKubeletInventory()
+	wantKinv.V = Version
+	if diff := cmp.Diff(wantKinv, kinv); diff != "" {
+		t.Errorf("inventory with kubelet example (-want +README):\n%s", diff)
+	}
+	blocks = append(blocks[:1:1], blocks[2:]...) // the checks below take inventory, assignment, allocation
+	kenc, err := EncodeInventory(sampleKubeletInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.NewReplacer("\n", "", "  ", "").Replace(kraw); got != kenc {
+		t.Errorf("inventory with kubelet example, without line breaks and indentation:\n%s\nwant (Encode):\n%s", got, kenc)
 	}
 	inv, err := DecodeInventory(blocks[0][1])
 	if err != nil {

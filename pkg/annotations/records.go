@@ -44,6 +44,9 @@ func (g *GPU) DeviceIDs() []string {
 type Inventory struct {
 	V    int   `json:"v"`
 	GPUs []GPU `json:"gpus"`
+	// Kubelet is the node's kubelet topology settings; nil when the plugin does not report them
+	// (then the extender assumes the TopologyManager policy none).
+	Kubelet *KubeletTopology `json:"kubelet,omitempty"`
 }
 
 // Assignment is the Pod annotation GPUAssignment, written by the extender at bind.
@@ -184,6 +187,9 @@ func (inv *Inventory) validate() error {
 		if g.Shares < 1 || g.Shares > 1024 {
 			return errorf(GPUInventory, "gpus[%d].shares: %d is not in 1..1024", i, g.Shares)
 		}
+	}
+	if inv.Kubelet != nil {
+		return inv.Kubelet.validate()
 	}
 	return nil
 }

@@ -1,0 +1,108 @@
+package annotations
+
+// The kubelet's TopologyManager and CPU manager settings as the device plugin reports them in the
+// inventory (Inventory.Kubelet). The extender's model of the kubelet (pkg/scheduler/core/topology)
+// needs them to predict the NUMA node the kubelet picks and whether it admits the pod.
+
+// TopologyManager policies (the kubelet's --topology-manager-policy).
+const (
+	TopologyPolicyNone           = "none"
+	TopologyPolicyBestEffort     = "best-effort"
+	TopologyPolicyRestricted     = "restricted"
+	TopologyPolicySingleNUMANode = "single-numa-node"
+)
+
+// TopologyManager scopes (the kubelet's --topology-manager-scope).
+const (
+	TopologyScopeContainer = "container"
+	TopologyScopePod       = "pod"
+)
+
+// CPU manager policies (the kubelet's --cpu-manager-policy).
+const (
+	CPUManagerPolicyNone   = "none"
+	CPUManagerPolicyStatic = "static"
+)
+
+// MinMaxAllowableNUMANodes is the smallest value the kubelet accepts for the policy option
+// max-allowable-numa-nodes (and its default).
+const MinMaxAllowableNUMANodes = 8
+
+// KubeletTopology is the optional "kubelet" field of the inventory: the node's kubelet settings and
+// NUMA nodes with their CPUs. The CPU counts change as Guaranteed pods come and go; the plugin
+// rewrites the inventory when they do (from the kubelet's PodResources API).
+type KubeletTopology struct {
+	TopologyManagerPolicy string `json:"topologyManagerPolicy"`
+	TopologyManagerScope  string `json:"topologyManagerScope"`
+	// PreferClosestNUMANodes and MaxAllowableNUMANodes are the policy options of those names;
+	// 0 means the default (MinMaxAllowableNUMANodes).
+	PreferClosestNUMANodes bool   `json:"preferClosestNUMANodes,omitempty"`
+	MaxAllowableNUMANodes  int    `json:"maxAllowableNUMANodes,omitempty"`
+	CPUManagerPolicy       string `json:"cpuManagerPolicy"`
+	// DeviceTopology says whether the plugin gives the kubelet each device's NUMA node
+	// (TopologyInfo); without it the kubelet does not align devices.
+	DeviceTopology bool       `json:"deviceTopology"`
+	NUMA           []NUMACPUs `json:"numa"`
+}
+
+// NUMACPUs is one NUMA node and its CPUs as the kubelet's CPU manager counts them.
+type NUMACPUs struct {
+	ID int `json:"id"`
+	// CPUs is every logical CPU of the NUMA node, reserved ones included.
+	CPUs int `json:"cpus"`
+	// ReservedCPUs are those in the kubelet's reserved set (never exclusive).
+	ReservedCPUs int `json:"reservedCPUs"`
+	// ExclusiveCPUs are those containers hold exclusively now (static policy).
+	ExclusiveCPUs int `json:"exclusiveCPUs"`
+	// Distances[j] is the distance to NUMA node j (sysfs); optional, read with
+	// PreferClosestNUMANodes.
+	Distances []int `json:"distances,omitempty"`
+}
+
+// maxNUMANodeID is the highest NUMA node ID the kubelet's bitmask holds.
+const maxNUMANodeID = 63
+
+func (k *KubeletTopology) validate() error {
+	const key = GPUInventory
+	switch k.TopologyManagerPolicy {
+	case TopologyPolicyNone, TopologyPolicyBestEffort, TopologyPolicyRestricted, TopologyPolicySingleNUMANode:
+	default:
+		return errorf(key, "kubelet.topologyManagerPolicy: %q is not one of none, best-effort, restricted, single-numa-node", k.TopologyManagerPolicy)
+	}
+	switch k.TopologyManagerScope {
+	case TopologyScopeContainer, TopologyScopePod:
+	default:
+		return errorf(key, "kubelet.topologyManagerScope: %q is not one of container, pod", k.TopologyManagerScope)
+	}
+	switch k.CPUManagerPolicy {
+	case CPUManagerPolicyNone, CPUManagerPolicyStatic:
+	default:
+		return errorf(key, "kubelet.cpuManagerPolicy: %q is not one of none, static", k.CPUManagerPolicy)
+	}
+	if k.MaxAllowableNUMANodes != 0 && (k.MaxAllowableNUMANodes < MinMaxAllowableNUMANodes || k.MaxAllowableNUMANodes > maxNUMANodeID+1) {
+		return errorf(key, "kubelet.maxAllowableNUMANodes: %d is not in %d..%d", k.MaxAllowableNUMANodes, MinMaxAllowableNUMANodes, maxNUMANodeID+1)
+	}
+	var seen uint64
+	for i := range k.NUMA {
+		n := &k.NUMA[i]
+		switch {
+		case n.ID < 0 || n.ID > maxNUMANodeID:
+			return errorf(key, "kubelet.numa[%d].id: %d is not in 0..%d", i, n.ID, maxNUMANodeID)
+		case seen&(1<<uint(n.ID)) != 0:
+			return errorf(key, "kubelet.numa[%d].id: %d appears twice", i, n.ID)
+		case n.CPUs < 0 || n.ReservedCPUs < 0 || n.ExclusiveCPUs < 0:
+			return errorf(key, "kubelet.numa[%d]: a CPU count is negative", i)
+		case n.ReservedCPUs+n.ExclusiveCPUs > n.CPUs:
+			return errorf(key, "kubelet.numa[%d]: %d reserved and %d exclusive CPUs are more than its %d", i, n.ReservedCPUs, n.ExclusiveCPUs, n.CPUs)
+		case len(n.Distances) > maxNUMANodeID+1:
+			return errorf(key, "kubelet.numa[%d].distances: %d entries, more than %d", i, len(n.Distances), maxNUMANodeID+1)
+		}
+		for j, d := range n.Distances {
+			if d < 0 {
+				return errorf(key, "kubelet.numa[%d].distances[%d]: %d is negative", i, j, d)
+			}
+		}
+		seen |= 1 << uint(n.ID)
+	}
+	return nil
+}

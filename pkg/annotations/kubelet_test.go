@@ -1,0 +1,125 @@
+package annotations
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// sampleKubeletInventory is the README's second inventory example: one card and the kubelet's
+// topology settings.
+func sampleKubeletInventory() Inventory {
+	inv := sampleInventory()
+	inv.GPUs = inv.GPUs[:1]
+	inv.Kubelet = &KubeletTopology{
+		TopologyManagerPolicy: TopologyPolicySingleNUMANode, TopologyManagerScope: TopologyScopeContainer,
+		CPUManagerPolicy: CPUManagerPolicyStatic, DeviceTopology: true,
+		NUMA: []NUMACPUs{{ID: 0, CPUs: 32, ReservedCPUs: 2, ExclusiveCPUs: 8}, {ID: 1, CPUs: 32}},
+	}
+	return inv
+}
+
+func TestKubeletTopologyEncodeGolden(t *testing.T) {
+	got, err := EncodeInventory(sampleKubeletInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"v":1,"gpus":[{"uuid":"` + uuid0 + `","index":0,"model":"NVIDIA A40","memoryMiB":46068,"numa":0,"healthy":true,"shares":1}],` +
+		`"kubelet":{"topologyManagerPolicy":"single-numa-node","topologyManagerScope":"container","cpuManagerPolicy":"static","deviceTopology":true,` +
+		`"numa":[{"id":0,"cpus":32,"reservedCPUs":2,"exclusiveCPUs":8},{"id":1,"cpus":32,"reservedCPUs":0,"exclusiveCPUs":0}]}}`
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestKubeletTopologyRoundTrip(t *testing.T) {
+	full := sampleKubeletInventory()
+	full.Kubelet.TopologyManagerScope = TopologyScopePod
+	full.Kubelet.PreferClosestNUMANodes = true
+	full.Kubelet.MaxAllowableNUMANodes = 16
+	full.Kubelet.NUMA[0].Distances = []int{10, 21}
+	full.Kubelet.NUMA[1].Distances = []int{21, 10}
+	none := sampleInventory()
+	none.Kubelet = &KubeletTopology{TopologyManagerPolicy: TopologyPolicyNone, TopologyManagerScope: TopologyScopeContainer,
+		CPUManagerPolicy: CPUManagerPolicyNone, NUMA: []NUMACPUs{}}
+	for _, in := range []Inventory{sampleKubeletInventory(), full, none} {
+		s, err := EncodeInventory(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeInventory(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.V = Version
+		if diff := cmp.Diff(in, got); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	}
+}
+
+// An inventory written before the field existed decodes with Kubelet nil; an older reader skips
+// the field (decoders ignore unknown fields, TestDecodeIgnoresUnknownFields).
+func TestKubeletTopologyIsOptional(t *testing.T) {
+	s, err := EncodeInventory(sampleInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(s, "kubelet") {
+		t.Errorf("inventory without kubelet topology encodes the field: %s", s)
+	}
+	inv, err := DecodeInventory(s)
+	if err != nil || inv.Kubelet != nil {
+		t.Errorf("decoded %+v, %v; want Kubelet nil", inv.Kubelet, err)
+	}
+}
+
+func TestKubeletTopologyValidation(t *testing.T) {
+	const k = `cardinal.io/gpu-inventory: kubelet.`
+	tests := []struct {
+		name    string
+		edit    func(*KubeletTopology)
+		wantErr string
+	}{
+		{name: "sample is valid", edit: func(*KubeletTopology) {}},
+		{name: "max 64 is valid", edit: func(t *KubeletTopology) { t.MaxAllowableNUMANodes = 64 }},
+		{name: "NUMA 63 is valid", edit: func(t *KubeletTopology) { t.NUMA[1].ID = 63 }},
+		{name: "unknown policy", edit: func(t *KubeletTopology) { t.TopologyManagerPolicy = "strict" },
+			wantErr: k + `topologyManagerPolicy: "strict" is not one of none, best-effort, restricted, single-numa-node`},
+		{name: "empty scope", edit: func(t *KubeletTopology) { t.TopologyManagerScope = "" },
+			wantErr: k + `topologyManagerScope: "" is not one of container, pod`},
+		{name: "unknown CPU policy", edit: func(t *KubeletTopology) { t.CPUManagerPolicy = "Static" },
+			wantErr: k + `cpuManagerPolicy: "Static" is not one of none, static`},
+		{name: "max below 8", edit: func(t *KubeletTopology) { t.MaxAllowableNUMANodes = 4 },
+			wantErr: k + `maxAllowableNUMANodes: 4 is not in 8..64`},
+		{name: "NUMA ID 64", edit: func(t *KubeletTopology) { t.NUMA[1].ID = 64 },
+			wantErr: k + `numa[1].id: 64 is not in 0..63`},
+		{name: "NUMA ID twice", edit: func(t *KubeletTopology) { t.NUMA[1].ID = 0 },
+			wantErr: k + `numa[1].id: 0 appears twice`},
+		{name: "negative count", edit: func(t *KubeletTopology) { t.NUMA[0].ExclusiveCPUs = -1 },
+			wantErr: k + `numa[0]: a CPU count is negative`},
+		{name: "more held than there are", edit: func(t *KubeletTopology) { t.NUMA[0].ExclusiveCPUs = 31 },
+			wantErr: k + `numa[0]: 2 reserved and 31 exclusive CPUs are more than its 32`},
+		{name: "negative distance", edit: func(t *KubeletTopology) { t.NUMA[1].Distances = []int{21, -10} },
+			wantErr: k + `numa[1].distances[1]: -10 is negative`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inv := sampleKubeletInventory()
+			tt.edit(inv.Kubelet)
+			s, err := EncodeInventory(inv)
+			if diff := cmp.Diff(tt.wantErr, errString(err)); diff != "" {
+				t.Errorf("encode error (-want +got):\n%s", diff)
+			}
+			if err != nil {
+				inv.V = Version
+				s = mustJSON(t, inv)
+			}
+			_, err = DecodeInventory(s)
+			if diff := cmp.Diff(tt.wantErr, errString(err)); diff != "" {
+				t.Errorf("decode error (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
