@@ -14,6 +14,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
 )
 
 // Fault windows of the extender (issue: never double-book). Each test names the fault it injects;
@@ -196,5 +199,71 @@ func TestBindAndPrioritizeWaitForSync(t *testing.T) {
 	p, err := h.client.CoreV1().Pods("default").Get(t.Context(), "x", metav1.GetOptions{})
 	if err != nil || p.Spec.NodeName != "n1" {
 		t.Fatalf("x not bound after sync: %v", err)
+	}
+}
+
+// A `helm upgrade` that changes shares while pods run must not make their cards look free: before
+// the fix, holdings whose device IDs the new inventory no longer offers were dropped silently.
+func TestSharesChangeKeepsHoldings(t *testing.T) {
+	share := func(name string, mem int64) *corev1.Pod { return gpuPod(name, nil, ctr{name: "m", gpu: 1, mem: mem, cores: 10}) }
+	cases := []struct {
+		name       string
+		from, to   int // shares before and after
+		held       annotations.DeviceAssignment
+		heldPod    *corev1.Pod
+		next       *corev1.Pod
+		wantHeld   int  // device IDs held on the card after the change
+		wantNoRoom bool // the next pod must not fit on the card
+	}{
+		{"whole card on a card that becomes shared", 1, 4, dev("GPU-n1-0", 10000, 100), gpuPod("w", nil, ctr{name: "m", gpu: 1}),
+			share("next", 1000), 1, true},
+		{"slot beyond the new share count, memory still counted", 4, 2, dev("GPU-n1-0::3", 9000, 10), share("s", 9000),
+			share("next", 2000), 1, true},
+		{"slot on a card that becomes exclusive", 4, 1, dev("GPU-n1-0::2", 1000, 10), share("s", 1000),
+			gpuPod("next", nil, ctr{name: "m", gpu: 1}), 1, true},
+		{"slot beyond the new count leaves the other slot usable", 4, 2, dev("GPU-n1-0::3", 1000, 10), share("s", 1000),
+			share("next", 1000), 1, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1, shares: c.from}))
+			p := withAssignment(t, bound(c.heldPod, "n1"), "n1", annotations.ContainerAssignment{Name: "m", Devices: []annotations.DeviceAssignment{c.held}})
+			p.Status.Phase = corev1.PodRunning
+			h.cache.UpsertPod(p)
+			h.cache.UpsertNode(gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1, shares: c.to}))
+			if got := h.held("n1", 0); got != c.wantHeld {
+				t.Fatalf("after shares %d→%d the card holds %d device IDs, want %d", c.from, c.to, got, c.wantHeld)
+			}
+			h.createPods(c.next)
+			err := h.bind("next", "n1")
+			if noRoom := strings.Contains(err, ErrNoFit.Error()); noRoom != c.wantNoRoom || (err != "" && !noRoom) {
+				t.Fatalf("bind of the next pod: %q, want no-fit=%v", err, c.wantNoRoom)
+			}
+			// The running pod leaving frees exactly what it held.
+			h.cache.DeletePod(p.UID)
+			if got, want := h.held("n1", 0), map[bool]int{true: 0, false: 1}[c.wantNoRoom]; got != want {
+				t.Fatalf("after the holder left: %d device IDs held, want %d (the next pod's)", got, want)
+			}
+			if u := h.cache.NodeUsage("n1").Cards[0].Usage; c.wantNoRoom && u != (core.Usage{}) {
+				t.Fatalf("usage left behind: %+v", u)
+			}
+		})
+	}
+}
+
+// Two pods on slots 2 and 3 of a card whose shares drop from 4 to 2 fill it: a third must not get
+// slot 0 though the new inventory's slots 0 and 1 are unused.
+func TestSharesShrinkCountsOrphanSlots(t *testing.T) {
+	h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1, shares: 4}))
+	for i, id := range []string{"GPU-n1-0::2", "GPU-n1-0::3"} {
+		p := withAssignment(t, bound(gpuPod("s"+itoa(i), nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10}), "n1"), "n1",
+			annotations.ContainerAssignment{Name: "m", Devices: []annotations.DeviceAssignment{dev(id, 1000, 10)}})
+		p.Status.Phase = corev1.PodRunning
+		h.cache.UpsertPod(p)
+	}
+	h.cache.UpsertNode(gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1, shares: 2}))
+	h.createPods(gpuPod("next", nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10}))
+	if err := h.bind("next", "n1"); !strings.Contains(err, ErrNoFit.Error()) {
+		t.Fatalf("third pod on a 2-share card held twice: %q, want no fit", err)
 	}
 }

@@ -568,10 +568,12 @@ func (f *fit) usedBy(mine []int, i int) bool {
 
 // hasSlot reports whether card i has a device ID left for this pod.
 func (f *fit) hasSlot(i int) bool {
-	if f.node.Cards[i].Shares <= 1 {
-		return f.node.Cards[i].Held+f.extra[i].Held == 0
+	card := &f.node.Cards[i]
+	if card.Shares <= 1 {
+		return card.Held+f.extra[i].Held == 0
 	}
-	return f.freeSlot(i) >= 0
+	// Held also counts device IDs the card no longer offers (see NodeState.Hold).
+	return card.Held+f.extra[i].Held < card.Slots() && f.freeSlot(i) >= 0
 }
 
 // freeSlot returns the lowest slot of card i neither held on the node nor taken by this plan

@@ -253,8 +253,11 @@ func HoldingFromID(id string, memMiB int64, cores int) (Holding, error) {
 	return Holding{UUID: uuid, Slot: slot, MemMiB: memMiB, Cores: cores}, nil
 }
 
-// Hold adds a holding. It reports false (and changes nothing) when the node has no such card or
-// slot, e.g. after the inventory changed.
+// Hold adds a holding. It reports false (and changes nothing) when the node has no such card. A
+// device ID the card no longer offers (its shares changed while the pod ran: a whole-card ID on a
+// card now shared, or a slot beyond the new share count) still holds its memory, cores and one
+// device ID of the card, and a whole-card holder still has the card alone: what runs on a card
+// keeps it busy whatever its inventory says now.
 func (n *NodeState) Hold(h Holding) bool { return n.change(h, 1) }
 
 // Unhold removes a holding added by Hold.
@@ -266,11 +269,9 @@ func (n *NodeState) change(h Holding, sign int) bool {
 		return false
 	}
 	c := &n.Cards[i]
-	k := c.slotIndex(h.Slot)
-	if k < 0 {
-		return false
+	if k := c.slotIndex(h.Slot); k >= 0 {
+		c.refs[k] += int32(sign)
 	}
-	c.refs[k] += int32(sign)
 	c.Held += sign
 	c.MemMiB += int64(sign) * h.MemMiB
 	c.Cores += sign * h.Cores
