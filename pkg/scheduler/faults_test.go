@@ -205,7 +205,9 @@ func TestBindAndPrioritizeWaitForSync(t *testing.T) {
 // A `helm upgrade` that changes shares while pods run must not make their cards look free: before
 // the fix, holdings whose device IDs the new inventory no longer offers were dropped silently.
 func TestSharesChangeKeepsHoldings(t *testing.T) {
-	share := func(name string, mem int64) *corev1.Pod { return gpuPod(name, nil, ctr{name: "m", gpu: 1, mem: mem, cores: 10}) }
+	share := func(name string, mem int64) *corev1.Pod {
+		return gpuPod(name, nil, ctr{name: "m", gpu: 1, mem: mem, cores: 10})
+	}
 	cases := []struct {
 		name       string
 		from, to   int // shares before and after
