@@ -197,10 +197,19 @@ func (s *Selector) HasCardConstraint() bool {
 }
 
 // String renders the card rules as a person would write them, e.g. `use-gputype=a100`.
-func (s *Selector) String() string {
+func (s *Selector) String() string { return s.StringN(0) }
+
+// StringN is String with each list cut to its first n entries and a count of the rest, e.g.
+// `nouse-gpuuuid=GPU-a,GPU-b,GPU-c (+4093 more)`; n <= 0 shows every entry. Reasons repeated for
+// thousands of nodes use it so that a long UUID list is not copied into each.
+func (s *Selector) StringN(n int) string {
 	var parts []string
 	add := func(name string, v []string) {
-		if len(v) > 0 {
+		switch {
+		case len(v) == 0:
+		case n > 0 && len(v) > n:
+			parts = append(parts, fmt.Sprintf("%s=%s (+%d more)", name, strings.Join(v[:n], ","), len(v)-n))
+		default:
 			parts = append(parts, fmt.Sprintf("%s=%s", name, strings.Join(v, ",")))
 		}
 	}

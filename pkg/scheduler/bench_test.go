@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -170,4 +171,31 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFilterUUIDSelector is one filter over 5000 nodes × 8 cards for a pod whose
+// nouse-gpuuuid names 1 or 4096 of the cluster's cards (the largest list admission accepts): a
+// long list must cost about what a short one does (issue: UUID selectors scanned linearly).
+func BenchmarkFilterUUIDSelector(b *testing.B) {
+	h, all := benchCluster(b, 5000)
+	for _, n := range []int{1, 4096} {
+		b.Run(fmt.Sprintf("nouse-gpuuuid=%d", n), func(b *testing.B) {
+			uuids := make([]string, n)
+			for i := range uuids {
+				uuids[i] = uuidOf(all[(i*7919)%len(all)], i%8)
+			}
+			pod := gpuPod("bench", map[string]string{annotations.NoUseGPUUUID: strings.Join(uuids, ",")}, ctr{name: "m", gpu: 2})
+			body, err := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &all})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if w := h.postRaw("/filter", body); w.Code != http.StatusOK {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+		})
+	}
 }

@@ -46,14 +46,64 @@ type Pod struct {
 
 	nodeScore NodeScoreFunc
 	card      CardStrategy
-	rules     string // the card rules of Selector, as a person writes them
+	rules     string // the card rules of Selector, as a person writes them (long lists cut)
+	uuids     *uuidRules
+}
+
+// uuidRules are a selector's UUID lists as sets, for lists long enough that a scan per card would
+// cost more than a lookup (admission accepts up to annotations.MaxListEntries entries).
+type uuidRules struct {
+	types annotations.Selector // the selector without its UUID rules
+	use   map[string]struct{}  // nil: no use-gpuuuid rule
+	noUse map[string]struct{}
+}
+
+// uuidSetMin is the list length from which Prepare builds sets.
+const uuidSetMin = 8
+
+// reasonListEntries is how many entries of each list a reason shows.
+const reasonListEntries = 3
+
+func newUUIDRules(sel *annotations.Selector) *uuidRules {
+	if len(sel.UseUUIDs) < uuidSetMin && len(sel.NoUseUUIDs) < uuidSetMin {
+		return nil
+	}
+	r := &uuidRules{types: *sel}
+	r.types.UseUUIDs, r.types.NoUseUUIDs = nil, nil
+	set := func(l []string) map[string]struct{} {
+		m := make(map[string]struct{}, len(l))
+		for _, u := range l {
+			m[u] = struct{}{}
+		}
+		return m
+	}
+	if len(sel.UseUUIDs) > 0 {
+		r.use = set(sel.UseUUIDs)
+	}
+	r.noUse = set(sel.NoUseUUIDs)
+	return r
+}
+
+// accepts is Selector.CheckLower(...) == MatchOK with set lookups for the UUID rules.
+func (r *uuidRules) accepts(modelLower, uuid string) bool {
+	if r.types.CheckLower(modelLower, "") != annotations.MatchOK {
+		return false
+	}
+	if r.use != nil {
+		if _, ok := r.use[uuid]; !ok {
+			return false
+		}
+	}
+	_, refused := r.noUse[uuid]
+	return !refused
 }
 
 // Prepare resolves a pod's policies. It fails when the pod names a policy this build cannot apply.
 func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) (*Pod, error) {
 	cardRules := sel
 	cardRules.NUMABind = false
-	p := &Pod{Request: req, Selector: sel, NodePolicy: d.nodePolicy, GPUPolicy: d.gpuPolicy, rules: cardRules.String()}
+	p := &Pod{Request: req, Selector: sel, NodePolicy: d.nodePolicy, GPUPolicy: d.gpuPolicy, rules: cardRules.StringN(reasonListEntries),
+		uuids: newUUIDRules(&sel)}
 	if sel.NodePolicy != "" {
 		p.NodePolicy = sel.NodePolicy
 	}
@@ -177,6 +227,9 @@ type Scratch struct {
 // accepts is p.Selector.CheckLower for card c, remembering the verdict per model.
 func (s *Scratch) accepts(p *Pod, c *Card) bool {
 	sel := &p.Selector
+	if p.uuids != nil {
+		return p.uuids.accepts(c.modelLower, c.UUID)
+	}
 	if len(sel.UseUUIDs)+len(sel.NoUseUUIDs) > 0 {
 		return sel.CheckLower(c.modelLower, c.UUID) == annotations.MatchOK
 	}
