@@ -114,8 +114,13 @@ type Cache struct {
 func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
 		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{},
-		clock: clock.RealClock{}, done: make(chan struct{})}
+		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife}}
 }
+
+// MixHalfLife is the task mix's half-life in GPU containers: requests the cluster stopped making
+// fade from what frag-aware weighs (core.TaskMix.HalfLife). Longer than any shared trace (≤ 9061
+// pods), so a replay of one sees nearly the whole history.
+const MixHalfLife = 20000
 
 // InFlightDone returns a channel that is closed the next time a container in flight on any node
 // is allocated (or its pod goes away), so a bind waiting for one can try again at once.

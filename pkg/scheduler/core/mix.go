@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"slices"
 	"strings"
 
@@ -79,19 +80,38 @@ func (t *TaskClass) Accepts(c *Card) bool {
 	return false
 }
 
-func (t *TaskClass) same(o *TaskClass) bool {
-	return t.Cards == o.Cards && t.Whole == o.Whole && t.MemMiB == o.MemMiB &&
-		t.MemPercent == o.MemPercent && t.Cores == o.Cores && slices.Equal(t.Models, o.Models) &&
-		t.HostCPUMilli == o.HostCPUMilli && t.HostMemMiB == o.HostMemMiB
-}
-
 // TaskMix is the distribution of GPU requests the cluster has seen, which a fragmentation-aware
-// policy weighs placements against. The zero value is an empty mix. It is not safe for concurrent
-// use; the extender's cache hands out clones.
+// policy weighs placements against. The zero value is an empty mix that never forgets; set
+// HalfLife to age it. It holds at most MaxClasses classes: a new class beyond that replaces the
+// lightest one, so a stream of ever-different requests costs bounded memory and bounded scoring
+// time. It is not safe for concurrent use; the extender's cache hands out clones.
 type TaskMix struct {
 	Classes []TaskClass
 	// Total is the sum of the classes' weights.
 	Total float64
+	// HalfLife, when positive, ages the mix: a container counted HalfLife containers ago weighs
+	// half of one counted now, so classes the cluster stopped asking for fade and make room. The
+	// policy reads only weights relative to Total, which aging leaves consistent.
+	HalfLife float64
+
+	index map[classKey]int // Classes by key; rebuilt when nil
+	step  float64          // the weight of one container now (aging grows it; 0 means 1)
+}
+
+// MaxClasses bounds the classes of a mix. The shared production traces have 53 to 362 classes.
+const MaxClasses = 512
+
+// classKey identifies a class (its fields but the weight, models joined).
+type classKey struct {
+	cards, memPercent, cores int
+	whole                    bool
+	memMiB, cpu, mem         int64
+	models                   string
+}
+
+func keyOf(t *TaskClass) classKey {
+	return classKey{cards: t.Cards, memPercent: t.MemPercent, cores: t.Cores, whole: t.Whole, memMiB: t.MemMiB,
+		cpu: t.HostCPUMilli, mem: t.HostMemMiB, models: strings.Join(t.Models, "\x00")}
 }
 
 // ClassOf returns the class of a container request and its pod's selector, with weight 0.
@@ -105,16 +125,61 @@ func ClassOf(r *annotations.ContainerRequest, sel *annotations.Selector) TaskCla
 
 // Add counts weight more containers of class t.
 func (m *TaskMix) Add(t TaskClass, weight float64) {
-	m.Total += weight
-	for i := range m.Classes {
-		if m.Classes[i].same(&t) {
-			m.Classes[i].Weight += weight
-			return
+	if m.step == 0 {
+		m.step = 1
+	}
+	w := weight * m.step
+	if m.HalfLife > 0 {
+		m.age(weight)
+	}
+	if m.index == nil {
+		m.index = make(map[classKey]int, len(m.Classes))
+		for i := range m.Classes {
+			m.index[keyOf(&m.Classes[i])] = i
 		}
 	}
-	t.Weight = weight
+	k := keyOf(&t)
+	m.Total += w
+	if i, ok := m.index[k]; ok {
+		m.Classes[i].Weight += w
+		return
+	}
+	t.Weight = w
 	t.Models = slices.Clone(t.Models)
-	m.Classes = append(m.Classes, t)
+	if len(m.Classes) < MaxClasses {
+		m.index[k] = len(m.Classes)
+		m.Classes = append(m.Classes, t)
+		return
+	}
+	// Full: the lightest class makes room (the newcomer, if it is lighter still, is not kept).
+	light := 0
+	for i := range m.Classes {
+		if m.Classes[i].Weight < m.Classes[light].Weight {
+			light = i
+		}
+	}
+	if m.Classes[light].Weight > w {
+		m.Total -= w
+		return
+	}
+	m.Total -= m.Classes[light].Weight
+	delete(m.index, keyOf(&m.Classes[light]))
+	m.Classes[light] = t
+	m.index[k] = light
+}
+
+// age makes the next containers weigh more than those counted before (the same as shrinking every
+// weight), and rescales the stored weights before the numbers grow large.
+func (m *TaskMix) age(weight float64) {
+	m.step *= math.Exp2(weight / m.HalfLife)
+	if m.step < 1<<32 {
+		return
+	}
+	for i := range m.Classes {
+		m.Classes[i].Weight /= m.step
+	}
+	m.Total /= m.step
+	m.step = 1
 }
 
 // AddPod counts every container of a pod, weight 1 each.
@@ -139,6 +204,6 @@ func (m *TaskMix) Clone() *TaskMix {
 	if m == nil {
 		return nil
 	}
-	c := &TaskMix{Total: m.Total, Classes: slices.Clone(m.Classes)}
+	c := &TaskMix{Total: m.Total, Classes: slices.Clone(m.Classes), HalfLife: m.HalfLife, step: m.step}
 	return c
 }
