@@ -39,7 +39,9 @@ func main() {
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of /healthz, /readyz and /metrics; empty disables them")
 	fs.StringVar(&cfg.SysfsRoot, "sysfs-root", cfg.SysfsRoot, "sysfs mount the NUMA node of each card is read from (<root>/bus/pci/devices/<busid>/numa_node)")
 	fs.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", cfg.ReconcileInterval, "how often the allocation records are compared with the kubelet's PodResources (also once at start)")
-	fs.DurationVar(&cfg.HealthRecoveryInterval, "health-recovery-interval", cfg.HealthRecoveryInterval, "an unhealthy card that sees no critical XID for this long and passes an NVML probe is healthy again")
+	fs.DurationVar(&cfg.HealthRecoveryInterval, "health-recovery-interval", cfg.HealthRecoveryInterval, "an unhealthy card that sees no critical XID for this long and passes an NVML probe is healthy again (reset XIDs excepted)")
+	fs.Var(&cfg.IgnoredXids, "health-ignored-xids", "comma-separated application XIDs that never mark a card unhealthy; empty: none")
+	fs.Var(&cfg.ResetXids, "health-reset-xids", "comma-separated critical XIDs after which a card stays unhealthy until it is reset or the plugin restarts; empty: none")
 	cfg.Names.AddFlags(fs)
 	logOpts.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -1,6 +1,8 @@
 package deviceplugin
 
 import (
+	"slices"
+
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -25,10 +27,17 @@ type deviceTable struct {
 	order   []string
 }
 
+// newDeviceTable builds the table. A card NVML could not describe (Fault set) starts unhealthy; one
+// without a UUID cannot be advertised at all and is left out (namedCards gives it its old name when
+// the Node's inventory still has it).
 func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
 	t := &deviceTable{byUUID: map[string]int{}, devices: map[string]advertised{}}
-	for i, c := range cards {
-		g := annotations.GPU{UUID: c.UUID, Index: c.Index, Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: c.NUMA, Healthy: true, Shares: shares}
+	for _, c := range cards {
+		if c.UUID == "" {
+			continue
+		}
+		i := len(t.cards)
+		g := annotations.GPU{UUID: c.UUID, Index: c.Index, Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: c.NUMA, Healthy: c.Fault == "", Shares: shares}
 		t.cards = append(t.cards, g)
 		t.byUUID[c.UUID] = i
 		for k, id := range g.DeviceIDs() {
@@ -74,4 +83,42 @@ func (t *deviceTable) inventory() annotations.Inventory {
 	inv := annotations.Inventory{V: annotations.Version, GPUs: make([]annotations.GPU, len(t.cards))}
 	copy(inv.GPUs, t.cards)
 	return inv
+}
+
+// namedCards gives cards whose UUID NVML could not read (a card lost before the plugin started) the
+// UUID, model and memory the Node's last published inventory recorded at the same NVML index, so the
+// card is advertised unhealthy under its own name rather than vanishing. Cards it cannot name stay
+// nameless (and are left out of the table). It returns a new slice.
+func namedCards(cards []nvidia.Card, prev *annotations.Inventory) []nvidia.Card {
+	out := slices.Clone(cards)
+	if prev == nil {
+		return out
+	}
+	used := map[string]bool{}
+	for _, c := range out {
+		used[c.UUID] = true
+	}
+	for i := range out {
+		c := &out[i]
+		if c.UUID != "" {
+			continue
+		}
+		for _, g := range prev.GPUs {
+			if g.Index != c.Index || used[g.UUID] {
+				continue
+			}
+			c.UUID, used[g.UUID] = g.UUID, true
+			if c.Model == "" {
+				c.Model = g.Model
+			}
+			if c.MemoryMiB == 0 {
+				c.MemoryMiB = g.MemoryMiB
+			}
+			if c.NUMA < 0 {
+				c.NUMA = g.NUMA
+			}
+			break
+		}
+	}
+	return out
 }

@@ -35,6 +35,8 @@ type Plugin struct {
 	record func(types.UID)
 	// devicesChanged is called (outside the lock) after a health change.
 	devicesChanged func()
+	// healthChanged is called (outside the lock) with every health change that took effect.
+	healthChanged func(nvidia.HealthEvent)
 	// failed is called (outside the lock) when Allocate refuses a request.
 	failed func(*AllocateError)
 
@@ -76,7 +78,7 @@ const DefaultCacheWait = 5 * time.Second
 func newPlugin(o pluginOptions) *Plugin {
 	p := &Plugin{
 		node: o.Node, names: o.Names, topology: o.Topology, log: o.Log, metrics: o.Metrics,
-		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {},
+		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:   map[types.UID]map[string]annotations.ContainerAllocation{},
@@ -138,12 +140,17 @@ func (p *Plugin) DeletePod(pod *corev1.Pod) {
 	p.mu.Unlock()
 }
 
-// SetHealth applies a health change; it reports whether anything changed.
+// SetHealth applies a health change; it reports whether anything changed. A card that is already
+// unhealthy and now needs a reset counts as a change (the Node's event says so), though what the
+// kubelet sees does not change.
 func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
 	p.mu.Lock()
 	i, ok := p.table.byUUID[ev.UUID]
 	if !ok || p.table.cards[i].Healthy == ev.Healthy {
 		p.mu.Unlock()
+		if ok && !ev.Healthy && ev.ResetRequired {
+			p.healthChanged(ev)
+		}
 		return false
 	}
 	p.table.cards[i].Healthy = ev.Healthy
@@ -153,6 +160,7 @@ func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
 	p.mu.Unlock()
 	p.log.Info("card health changed", logging.KeyGPU, ev.UUID, "healthy", ev.Healthy, logging.KeyReason, ev.Reason)
 	p.devicesChanged()
+	p.healthChanged(ev)
 	return true
 }
 

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -69,8 +70,13 @@ type Config struct {
 	// ReconcileInterval is how often PodResources is compared with the allocation records.
 	ReconcileInterval time.Duration
 	// HealthRecoveryInterval is how long an unhealthy card must stay free of critical XIDs before a
-	// passing probe makes it healthy again.
+	// passing probe makes it healthy again (XIDs in ResetXids excepted).
 	HealthRecoveryInterval time.Duration
+	// IgnoredXids are application XIDs that never mark a card unhealthy.
+	IgnoredXids XidList
+	// ResetXids are critical XIDs after which a card stays unhealthy until it is reset (observed as
+	// the card falling off the bus and answering again) or the plugin restarts.
+	ResetXids XidList
 	// NVML, when set, is used instead of the real library or the simulation (tests).
 	NVML nvidia.Library
 	// Log is the logger.
@@ -90,6 +96,8 @@ func DefaultConfig() Config {
 		SysfsRoot:              "/sys",
 		ReconcileInterval:      30 * time.Second,
 		HealthRecoveryInterval: 30 * time.Second,
+		IgnoredXids:            xidListOf(nvidia.DefaultIgnoredXids()),
+		ResetXids:              xidListOf(nvidia.DefaultResetXids()),
 		Log:                    logr.Discard(),
 	}
 }
@@ -116,6 +124,11 @@ func (c *Config) validate() error {
 	}
 	if c.HealthRecoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("health recovery interval %s is not positive", c.HealthRecoveryInterval))
+	}
+	for _, x := range c.ResetXids {
+		if slices.Contains(c.IgnoredXids, x) {
+			errs = append(errs, fmt.Errorf("XID %d is both ignored (--health-ignored-xids) and reset-class (--health-reset-xids)", x))
+		}
 	}
 	if err := c.Names.Validate(); err != nil {
 		errs = append(errs, err)
@@ -147,14 +160,6 @@ func Run(ctx context.Context, cfg Config) error {
 	default:
 		lib = nvml.New()
 	}
-	cards, err := nvidia.Discover(lib, numa)
-	if err != nil {
-		return fmt.Errorf("discover cards: %w", err)
-	}
-	for _, c := range cards {
-		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
-	}
-
 	client := cfg.Client
 	if client == nil {
 		rc, err := kubeconfig.Load(cfg.Kubeconfig)
@@ -164,6 +169,21 @@ func Run(ctx context.Context, cfg Config) error {
 		if client, err = kubernetes.NewForConfig(rc); err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
+	}
+
+	cards, err := nvidia.Discover(lib, numa)
+	if err != nil {
+		return fmt.Errorf("discover cards: %w", err)
+	}
+	if slices.ContainsFunc(cards, func(c nvidia.Card) bool { return c.UUID == "" }) {
+		cards = namedCards(cards, publishedInventory(ctx, client, cfg.NodeName, log))
+	}
+	for _, c := range cards {
+		if c.Fault != "" {
+			log.Info("card found but NVML cannot describe it; advertised unhealthy", logging.KeyGPU, c.UUID, "index", c.Index, logging.KeyReason, c.Fault)
+			continue
+		}
+		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
 	}
 
 	m := newMetrics()
@@ -194,6 +214,8 @@ func Run(ctx context.Context, cfg Config) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "cardinal-device-plugin", Host: cfg.NodeName})
+	nodeRef := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}
+	p.healthChanged = func(ev nvidia.HealthEvent) { recordHealthEvent(events, nodeRef, ev) }
 	p.failed = func(e *AllocateError) {
 		for _, pod := range e.Pods {
 			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
@@ -262,13 +284,55 @@ func Run(ctx context.Context, cfg Config) error {
 	inventory.enqueue()
 	g.Go(func() error {
 		return nvidia.WatchHealth(ctx, nvidia.HealthConfig{Lib: lib, Cards: cards, RecoveryInterval: cfg.HealthRecoveryInterval,
-			Log: log.WithName("health")}, func(ev nvidia.HealthEvent) { p.SetHealth(ev) })
+			IgnoredXids: cfg.IgnoredXids.set(), ResetXids: cfg.ResetXids.set(), Log: log.WithName("health")},
+			func(ev nvidia.HealthEvent) { p.SetHealth(ev) })
 	})
 	g.Go(func() error {
 		return reconcileLoop(ctx, p, cfg.PodResourcesSocket, cfg.ReconcileInterval, records.enqueue, log.WithName("podresources"))
 	})
 	g.Go(func() error { return link.run(ctx) })
 	return g.Wait()
+}
+
+// Reasons of the Events recorded on the Node when a card changes health.
+const (
+	EventGPUUnhealthy = "CardinalGPUUnhealthy"
+	EventGPUHealthy   = "CardinalGPUHealthy"
+)
+
+// recordHealthEvent records a card's health change on its Node.
+func recordHealthEvent(rec record.EventRecorder, node *corev1.ObjectReference, ev nvidia.HealthEvent) {
+	if ev.Healthy {
+		rec.Eventf(node, corev1.EventTypeNormal, EventGPUHealthy, "GPU %s is healthy again: %s", ev.UUID, ev.Reason)
+		return
+	}
+	msg := "GPU %s is unhealthy: %s"
+	if ev.ResetRequired {
+		msg += "; it stays unhealthy until the card is reset or the device plugin restarts"
+	}
+	rec.Eventf(node, corev1.EventTypeWarning, EventGPUUnhealthy, msg, ev.UUID, ev.Reason)
+}
+
+// publishedInventory returns the inventory the Node carries, or nil when there is none (or it cannot
+// be read): used only to name cards NVML cannot name.
+func publishedInventory(ctx context.Context, client kubernetes.Interface, node string, log logr.Logger) *annotations.Inventory {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		log.Info("cannot read the Node to name cards NVML cannot name", "error", err.Error())
+		return nil
+	}
+	v, ok := n.Annotations[annotations.GPUInventory]
+	if !ok {
+		return nil
+	}
+	inv, err := annotations.DecodeInventory(v)
+	if err != nil {
+		log.Info("the Node's inventory does not decode; cards NVML cannot name are left out", "error", err.Error())
+		return nil
+	}
+	return &inv
 }
 
 func upsert(p *Plugin, o any) {

@@ -42,7 +42,8 @@ const (
 var agreedFlags = map[string][]string{
 	"extender":      {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy"},
 	"webhook":       {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts"},
-	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen"},
+	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
+		"health-ignored-xids", "health-reset-xids"},
 }
 
 var commonFlags = []string{"resource-gpu", "resource-gpumem", "resource-gpumem-percentage", "resource-gpucores", "v", "log-format"}
@@ -433,7 +434,8 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 		c := container(t, spec, "device-plugin")
 		flags := flagsOf(t, c.Args)
 		want := map[string]string{"node-name": "$(NODE_NAME)", "device-plugin-dir": "/var/lib/kubelet/device-plugins",
-			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "shares": "1", "topology": "true", "listen": ":9400"}
+			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "shares": "1", "topology": "true", "listen": ":9400",
+			"health-ignored-xids": "13,31,43,45,68,109", "health-reset-xids": "48,63,64,74,79,94,95,119,120"}
 		if diff := cmp.Diff(want, flags, cmpopts.IgnoreMapEntries(func(k, _ string) bool { return slices.Contains(commonFlags, k) })); diff != "" {
 			t.Errorf("device-plugin flags (-want +got):\n%s", diff)
 		}

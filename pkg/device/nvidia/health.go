@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,12 +18,24 @@ func DefaultIgnoredXids() map[uint64]bool {
 	return map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68: true, 109: true}
 }
 
+// DefaultResetXids are the critical XIDs after which NVIDIA's XID catalogue says the card needs a
+// GPU reset (or a node reboot): 48 double-bit ECC error, 63 ECC page retirement / row remapping
+// pending, 64 row remapping failure, 74 NVLink error, 79 GPU has fallen off the bus, 94 contained ECC
+// error, 95 uncontained ECC error, 119 GSP RPC timeout, 120 GSP error. A card that reports one stays
+// unhealthy until a reset is observed or the plugin restarts; a passing probe is not enough.
+func DefaultResetXids() map[uint64]bool {
+	return map[uint64]bool{48: true, 63: true, 64: true, 74: true, 79: true, 94: true, 95: true, 119: true, 120: true}
+}
+
 // HealthEvent says a card turned unhealthy or recovered.
 type HealthEvent struct {
 	UUID    string
 	Healthy bool
 	// Xid is the XID that made the card unhealthy, 0 otherwise.
 	Xid uint64
+	// ResetRequired is true when the card stays unhealthy until it is reset (a reset-class XID, or a
+	// fault found at discovery).
+	ResetRequired bool
 	// Reason is a short text for logs and events.
 	Reason string
 }
@@ -31,41 +44,73 @@ type HealthEvent struct {
 type HealthConfig struct {
 	// Lib is NVML (real or mock).
 	Lib Library
-	// Cards are the cards to watch, as Discover returned them.
+	// Cards are the cards to watch, as Discover returned them. Cards with a Fault (not described at
+	// discovery) are reported unhealthy at start and stay so until the plugin restarts; cards without
+	// a UUID are not watched.
 	Cards []Card
-	// RecoveryInterval is how long an unhealthy card must go without a critical XID before it is
-	// probed again; a card whose probe passes is healthy again. Zero means 30s.
+	// RecoveryInterval is how long an unhealthy card must go without a critical XID before a passing
+	// probe makes it healthy again (XIDs in ResetXids excepted). Zero means 30s.
 	RecoveryInterval time.Duration
+	// ProbeInterval is how often every card is probed (UUID, temperature, pending row remaps), healthy
+	// or not; it is what finds faults on cards that deliver no XID events. Zero means a quarter of
+	// RecoveryInterval.
+	ProbeInterval time.Duration
 	// IgnoredXids are application XIDs that never mark a card unhealthy; nil means DefaultIgnoredXids.
 	IgnoredXids map[uint64]bool
+	// ResetXids are the critical XIDs after which only an observed reset (the card fell off the bus
+	// and answers again) or a plugin restart makes the card healthy; nil means DefaultResetXids.
+	ResetXids map[uint64]bool
 	// WaitTimeout bounds one NVML event wait, and so how quickly cancellation is noticed. Zero means 1s.
 	WaitTimeout time.Duration
 	// Started, if set, is called once every card is registered and probed (and any unhealthy ones
 	// reported), before the first wait.
 	Started func()
-	Log     logr.Logger
+	// Probed, if set, is called after every round of probes (tests count rounds with it).
+	Probed func()
+	Log    logr.Logger
 }
 
 type watched struct {
-	card      Card
-	dev       nvml.Device
+	card Card
+	dev  nvml.Device
+	// events is true once critical-XID events are registered for the card.
+	events    bool
 	healthy   bool
 	lastFault time.Time
+	// needsReset: a reset-class XID holds the card unhealthy until a reset is observed.
+	needsReset bool
+	// wentLost: since turning unhealthy, a probe found the card off the bus (ERROR_GPU_IS_LOST or no
+	// handle). A card that answers again after that has been reset (or re-attached).
+	wentLost bool
+	// permanent: the card was not described at discovery; only a restart can describe it.
+	permanent bool
 }
 
-// WatchHealth watches NVML critical XID events until ctx ends, calling report (from one goroutine)
-// whenever a card turns unhealthy or recovers. Every card starts healthy; a card whose events cannot
-// be registered, or that fails the probe at start, is reported unhealthy at once (a card that does not
-// support events at all is only probed).
+// WatchHealth watches NVML critical XID events and probes every card until ctx ends, calling report
+// (from one goroutine) whenever a card turns unhealthy or recovers.
+//
+// A card turns unhealthy on a critical XID (not in IgnoredXids), on a failed probe, when its events
+// cannot be registered, or when it had a Fault at discovery. A critical XID NVML cannot attribute to
+// a card marks every card unhealthy. Recovery: after a critical XID outside ResetXids, or a failed
+// probe, the card is healthy again once RecoveryInterval has passed without one and a probe passes.
+// After an XID in ResetXids the card must be reset: it recovers only when a probe passes after one
+// found it off the bus (what a reset looks like from NVML), or when the plugin restarts (the node
+// operator's action after resetting the card). A card with a discovery Fault recovers only by restart.
 func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)) error {
 	if cfg.RecoveryInterval <= 0 {
 		cfg.RecoveryInterval = 30 * time.Second
+	}
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = cfg.RecoveryInterval / 4
 	}
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = time.Second
 	}
 	if cfg.IgnoredXids == nil {
 		cfg.IgnoredXids = DefaultIgnoredXids()
+	}
+	if cfg.ResetXids == nil {
+		cfg.ResetXids = DefaultResetXids()
 	}
 	lib := cfg.Lib
 	if ret := lib.Init(); ret != nvml.SUCCESS {
@@ -78,19 +123,26 @@ func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)
 	}
 	defer func() { _ = set.Free() }()
 
-	cards := make(map[string]*watched, len(cfg.Cards))
-	order := make([]*watched, 0, len(cfg.Cards))
+	h := &healthState{cfg: cfg, lib: lib, set: set, report: report, cards: map[string]*watched{}}
+	now := time.Now()
 	for _, c := range cfg.Cards {
+		if c.UUID == "" {
+			continue
+		}
 		w := &watched{card: c, healthy: true}
-		cards[c.UUID] = w
-		order = append(order, w)
-		err := register(lib, set, w)
+		h.cards[c.UUID] = w
+		h.order = append(h.order, w)
+		if c.Fault != "" {
+			w.permanent = true
+			h.unhealthy(w, now, HealthEvent{UUID: c.UUID, ResetRequired: true, Reason: "not described at discovery (" + c.Fault + "); restart the plugin once the card is fixed"})
+			continue
+		}
+		err := h.register(w)
 		if err == nil {
-			err = probe(lib, w)
+			_, err = probe(lib, w)
 		}
 		if err != nil {
-			w.healthy, w.lastFault = false, time.Now()
-			report(HealthEvent{UUID: c.UUID, Reason: err.Error()})
+			h.unhealthy(w, now, HealthEvent{UUID: c.UUID, Reason: err.Error()})
 		}
 	}
 
@@ -103,44 +155,101 @@ func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)
 		now := time.Now()
 		switch ret {
 		case nvml.SUCCESS:
-			handleEvent(cfg, cards, ev, now, report)
+			h.handleEvent(ev, now)
 		case nvml.ERROR_TIMEOUT:
 		default:
 			// The event set itself failed: no card can be trusted until a probe passes.
 			cfg.Log.Error(ret, "NVML event wait failed; marking every card unhealthy")
-			for _, w := range order {
-				w.lastFault = now
-				if w.healthy {
-					w.healthy = false
-					report(HealthEvent{UUID: w.card.UUID, Reason: "NVML event wait failed: " + ret.Error()})
-				}
+			for _, w := range h.order {
+				h.unhealthy(w, now, HealthEvent{UUID: w.card.UUID, Reason: "NVML event wait failed: " + ret.Error()})
 			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(cfg.WaitTimeout):
 			}
 		}
-		if now.Sub(lastProbe) >= cfg.RecoveryInterval/4 {
+		if now.Sub(lastProbe) >= cfg.ProbeInterval {
 			lastProbe = now
-			for _, w := range order {
-				if w.healthy || now.Sub(w.lastFault) < cfg.RecoveryInterval {
-					continue
-				}
-				if err := probe(lib, w); err != nil {
-					w.lastFault = now
-					cfg.Log.V(1).Info("card still unhealthy", "gpu", w.card.UUID, "reason", err.Error())
-					continue
-				}
-				w.healthy = true
-				report(HealthEvent{UUID: w.card.UUID, Healthy: true, Reason: "no critical XID and NVML probe passed"})
+			h.probeAll(now)
+			if cfg.Probed != nil {
+				cfg.Probed()
 			}
 		}
 	}
 	return nil
 }
 
-func register(lib Library, set nvml.EventSet, w *watched) error {
-	d, ret := lib.DeviceGetHandleByIndex(w.card.Index)
+type healthState struct {
+	cfg    HealthConfig
+	lib    Library
+	set    nvml.EventSet
+	report func(HealthEvent)
+	cards  map[string]*watched
+	order  []*watched
+}
+
+// unhealthy records a fault on w and reports it if the card was healthy. A reset requirement sticks
+// until the card recovers.
+func (h *healthState) unhealthy(w *watched, now time.Time, ev HealthEvent) {
+	w.lastFault = now
+	if ev.ResetRequired && !w.needsReset {
+		w.needsReset = true
+		w.wentLost = false
+		if !w.healthy {
+			// Already unhealthy for a lesser reason: say that it now needs a reset.
+			h.report(ev)
+		}
+	}
+	if w.healthy {
+		w.healthy = false
+		h.report(ev)
+	}
+}
+
+// probeAll probes every card: a healthy card that fails turns unhealthy; an unhealthy one recovers
+// when its rule (see WatchHealth) allows.
+func (h *healthState) probeAll(now time.Time) {
+	for _, w := range h.order {
+		if w.permanent {
+			continue
+		}
+		lost, err := probe(h.lib, w)
+		if w.healthy {
+			if err != nil {
+				h.unhealthy(w, now, HealthEvent{UUID: w.card.UUID, Reason: err.Error()})
+			}
+			continue
+		}
+		if err != nil {
+			w.wentLost = w.wentLost || lost
+			if !w.needsReset {
+				w.lastFault = now
+			}
+			h.cfg.Log.V(1).Info("card still unhealthy", "gpu", w.card.UUID, "reason", err.Error())
+			continue
+		}
+		reason := "no critical XID and NVML probe passed"
+		switch {
+		case w.needsReset && !w.wentLost:
+			continue // a reset-class fault and no reset seen: only the operator can clear it
+		case w.needsReset:
+			reason = "the card answers again after falling off the bus: reset observed"
+		case now.Sub(w.lastFault) < h.cfg.RecoveryInterval:
+			continue
+		}
+		if !w.events {
+			if err := h.register(w); err != nil {
+				w.lastFault = now
+				continue
+			}
+		}
+		w.healthy, w.needsReset, w.wentLost = true, false, false
+		h.report(HealthEvent{UUID: w.card.UUID, Healthy: true, Reason: reason})
+	}
+}
+
+func (h *healthState) register(w *watched) error {
+	d, ret := h.lib.DeviceGetHandleByIndex(w.card.Index)
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("get handle of card %d: %w", w.card.Index, ret)
 	}
@@ -150,68 +259,97 @@ func register(lib Library, set nvml.EventSet, w *watched) error {
 	w.dev = d
 	supported, ret := d.GetSupportedEventTypes()
 	if ret == nvml.ERROR_NOT_SUPPORTED {
+		w.events = true // nothing to register; probes watch it
 		return nil
 	}
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("supported events of %s: %w", w.card.UUID, ret)
 	}
 	mask := uint64(nvml.EventTypeXidCriticalError) & supported
-	if mask == 0 {
-		return nil
+	if mask != 0 {
+		if ret := d.RegisterEvents(mask, h.set); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
+			return fmt.Errorf("register XID events of %s: %w", w.card.UUID, ret)
+		}
 	}
-	if ret := d.RegisterEvents(mask, set); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
-		return fmt.Errorf("register XID events of %s: %w", w.card.UUID, ret)
-	}
+	w.events = true
 	return nil
 }
 
-func handleEvent(cfg HealthConfig, cards map[string]*watched, ev nvml.EventData, now time.Time, report func(HealthEvent)) {
+func (h *healthState) handleEvent(ev nvml.EventData, now time.Time) {
 	if ev.EventType != nvml.EventTypeXidCriticalError {
 		return
 	}
-	if cfg.IgnoredXids[ev.EventData] {
-		cfg.Log.V(1).Info("ignoring application XID", "xid", ev.EventData)
+	xid := ev.EventData
+	if h.cfg.IgnoredXids[xid] {
+		h.cfg.Log.V(1).Info("ignoring application XID", "xid", xid)
 		return
 	}
-	if ev.Device == nil {
+	reset := h.cfg.ResetXids[xid]
+	reason := fmt.Sprintf("critical XID %d", xid)
+	if reset {
+		reason += " (needs a GPU reset)"
+	}
+	var u string
+	ret := nvml.ERROR_INVALID_ARGUMENT
+	if ev.Device != nil {
+		u, ret = ev.Device.GetUUID()
+	}
+	w, ok := h.cards[u]
+	if ret != nvml.SUCCESS || !ok {
+		// NVML cannot say which card: any of them may be the broken one.
+		h.cfg.Log.Error(fmt.Errorf("critical XID %d on an unidentified card: %v", xid, ret), "marking every card unhealthy")
+		for _, w := range h.order {
+			if !w.permanent {
+				h.unhealthy(w, now, HealthEvent{UUID: w.card.UUID, Xid: xid, ResetRequired: reset, Reason: reason + " on a card NVML cannot name"})
+			}
+		}
 		return
 	}
-	u, ret := ev.Device.GetUUID()
-	if ret != nvml.SUCCESS {
-		cfg.Log.Error(ret, "critical XID on a card whose UUID NVML cannot tell", "xid", ev.EventData)
+	if w.permanent {
 		return
 	}
-	w, ok := cards[u]
-	if !ok {
-		return
-	}
-	w.lastFault = now
-	if w.healthy {
-		w.healthy = false
-		report(HealthEvent{UUID: u, Xid: ev.EventData, Reason: fmt.Sprintf("critical XID %d", ev.EventData)})
+	h.unhealthy(w, now, HealthEvent{UUID: u, Xid: xid, ResetRequired: reset, Reason: reason})
+	if reset {
+		// Look at once: a card that is off the bus now and answers later has been reset.
+		if lost, _ := probe(h.lib, w); lost {
+			w.wentLost = true
+		}
 	}
 }
 
-// probe asks NVML for the card's UUID and a live reading (temperature); a card that fell off the bus
-// fails it. A card that does not report temperature passes on the UUID alone.
-func probe(lib Library, w *watched) error {
+// probe asks NVML for the card's UUID, a live reading (temperature) and pending row remaps; a card
+// that fell off the bus fails it, and so does one with a row remap pending (it needs a reset; the
+// remap is done then). Queries a card does not support pass. lost reports that NVML says the card is
+// gone (ERROR_GPU_IS_LOST, or no handle).
+func probe(lib Library, w *watched) (lost bool, err error) {
 	d := w.dev
 	if d == nil {
 		var ret nvml.Return
 		if d, ret = lib.DeviceGetHandleByIndex(w.card.Index); ret != nvml.SUCCESS {
-			return fmt.Errorf("get handle: %w", ret)
+			return true, fmt.Errorf("get handle: %w", ret)
 		}
 	}
 	u, ret := d.GetUUID()
 	switch {
+	case ret == nvml.ERROR_GPU_IS_LOST:
+		return true, fmt.Errorf("UUID check failed: %w", ret)
 	case ret != nvml.SUCCESS:
-		return fmt.Errorf("UUID check failed: %w", ret)
+		return false, fmt.Errorf("UUID check failed: %w", ret)
 	case u != w.card.UUID:
-		return fmt.Errorf("UUID check failed: the card now reports %s", u)
+		return false, fmt.Errorf("UUID check failed: the card now reports %s", u)
 	}
 	if _, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
-		return fmt.Errorf("temperature query failed: %w", ret)
+		return ret == nvml.ERROR_GPU_IS_LOST, fmt.Errorf("temperature query failed: %w", ret)
+	}
+	_, _, pending, failed, ret := d.GetRemappedRows()
+	switch {
+	case ret == nvml.ERROR_GPU_IS_LOST:
+		return true, fmt.Errorf("row remapping query failed: %w", ret)
+	case ret == nvml.SUCCESS && failed:
+		return false, errors.New("row remapping failed (the card needs a reset or replacement)")
+	case ret == nvml.SUCCESS && pending:
+		return false, errors.New("row remapping pending (the card needs a reset)")
 	}
 	w.dev = d
-	return nil
+	return false, nil
 }

@@ -2,6 +2,8 @@ package nvidia_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +21,16 @@ type healthRun struct {
 	srv    *sim.Server
 	cards  []nvidia.Card
 	events chan nvidia.HealthEvent
+	// rounds receives one value per round of probes.
+	rounds chan struct{}
 }
 
 func startHealth(t *testing.T, cards []sim.Card, wrap func(*sim.Server) nvidia.Library) *healthRun {
+	return startHealthWith(t, cards, wrap, nil)
+}
+
+// startHealthWith is startHealth with the discovered cards edited by edit (nil: none).
+func startHealthWith(t *testing.T, cards []sim.Card, wrap func(*sim.Server) nvidia.Library, edit func([]nvidia.Card)) *healthRun {
 	t.Helper()
 	srv := sim.New(cards)
 	found, err := nvidia.Discover(srv, srv.NUMA)
@@ -32,13 +41,22 @@ func startHealth(t *testing.T, cards []sim.Card, wrap func(*sim.Server) nvidia.L
 	if wrap != nil {
 		lib = wrap(srv)
 	}
-	h := &healthRun{srv: srv, cards: found, events: make(chan nvidia.HealthEvent, 16)}
+	if edit != nil {
+		edit(found)
+	}
+	h := &healthRun{srv: srv, cards: found, events: make(chan nvidia.HealthEvent, 16), rounds: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	started := make(chan struct{})
 	go func() {
 		done <- nvidia.WatchHealth(ctx, nvidia.HealthConfig{Lib: lib, Cards: found, RecoveryInterval: 20 * time.Millisecond,
-			WaitTimeout: 5 * time.Millisecond, Log: logr.Discard(), Started: func() { close(started) }},
+			WaitTimeout: 5 * time.Millisecond, Log: logr.Discard(), Started: func() { close(started) },
+			Probed: func() {
+				select {
+				case h.rounds <- struct{}{}:
+				default:
+				}
+			}},
 			func(e nvidia.HealthEvent) { h.events <- e })
 	}()
 	select {
@@ -78,12 +96,12 @@ func TestHealthCriticalXidThenRecovery(t *testing.T) {
 	h := startHealth(t, twoCards(), nil)
 	h.srv.SetHealth("GPU-b", false)
 	got := h.next(t)
-	want := nvidia.HealthEvent{UUID: "GPU-b", Xid: sim.XidFallenOffBus, Reason: "critical XID 79"}
+	want := nvidia.HealthEvent{UUID: "GPU-b", Xid: sim.XidFallenOffBus, ResetRequired: true, Reason: "critical XID 79 (needs a GPU reset)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("unhealthy event (-want +got):\n%s", diff)
 	}
-	// While the card stays lost its probe fails and nothing is reported; once it answers again the
-	// next probe recovers it.
+	// While the card stays lost its probe fails and nothing is reported; once it answers again (the
+	// simulator's reset) the next probe recovers it.
 	h.srv.SetHealth("GPU-b", true)
 	got = h.next(t)
 	if got.UUID != "GPU-b" || !got.Healthy {
@@ -141,4 +159,168 @@ func TestDefaultIgnoredXids(t *testing.T) {
 	if diff := cmp.Diff(want, nvidia.DefaultIgnoredXids()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+}
+
+// noRecovery waits for several rounds of probes and fails if any health event arrives meanwhile.
+func (h *healthRun) noEventFor(t *testing.T, rounds int) {
+	t.Helper()
+	for i := 0; i < rounds; i++ {
+		select {
+		case e := <-h.events:
+			t.Fatalf("unexpected health event %+v", e)
+		case <-h.rounds:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no probe round")
+		}
+	}
+	select {
+	case e := <-h.events:
+		t.Fatalf("unexpected health event %+v", e)
+	default:
+	}
+}
+
+// eventLib delivers the given events, one per wait, through an event set it controls.
+type eventLib struct {
+	*sim.Server
+	events []nvml.EventData
+}
+
+func (l *eventLib) EventSetCreate() (nvml.EventSet, nvml.Return) {
+	evs := l.events
+	return &mock.EventSet{
+		FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+			if len(evs) == 0 {
+				time.Sleep(time.Millisecond)
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			}
+			e := evs[0]
+			evs = evs[1:]
+			return e, nvml.SUCCESS
+		},
+	}, nvml.SUCCESS
+}
+
+func TestHealthResetXidKeepsCardUnhealthyWhileProbesPass(t *testing.T) {
+	for xid := range nvidia.DefaultResetXids() {
+		t.Run(fmt.Sprint(xid), func(t *testing.T) {
+			h := startHealth(t, twoCards(), func(s *sim.Server) nvidia.Library { return &xidLib{Server: s, xids: []uint64{xid}} })
+			got := h.next(t)
+			if got.UUID != "GPU-a" || got.Healthy || !got.ResetRequired {
+				t.Fatalf("event %+v, want GPU-a unhealthy needing a reset", got)
+			}
+			// The card still answers UUID and temperature; without a reset it must stay unhealthy
+			// (RecoveryInterval is 20ms, a probe round 5ms: 10 rounds are twice the interval).
+			h.noEventFor(t, 10)
+		})
+	}
+}
+
+func TestHealthOtherCriticalXidRecoversAfterInterval(t *testing.T) {
+	// XID 61 (internal micro-controller breakpoint) is critical but not in the reset list.
+	h := startHealth(t, twoCards(), func(s *sim.Server) nvidia.Library { return &xidLib{Server: s, xids: []uint64{61}} })
+	if got := h.next(t); got.Healthy || got.ResetRequired || got.Xid != 61 {
+		t.Fatalf("event %+v, want GPU-a unhealthy by XID 61", got)
+	}
+	if got := h.next(t); !got.Healthy || got.UUID != "GPU-a" {
+		t.Fatalf("event %+v, want GPU-a healthy again", got)
+	}
+}
+
+func TestHealthConfigurableResetXids(t *testing.T) {
+	srv := sim.New(twoCards())
+	found, err := nvidia.Discover(srv, srv.NUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan nvidia.HealthEvent, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- nvidia.WatchHealth(ctx, nvidia.HealthConfig{Lib: &xidLib{Server: srv, xids: []uint64{61}}, Cards: found,
+			RecoveryInterval: 20 * time.Millisecond, WaitTimeout: 5 * time.Millisecond, Log: logr.Discard(),
+			ResetXids: map[uint64]bool{61: true}}, func(e nvidia.HealthEvent) { events <- e })
+	}()
+	got := <-events
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !got.ResetRequired || got.Xid != 61 {
+		t.Fatalf("event %+v, want XID 61 needing a reset", got)
+	}
+}
+
+func TestHealthXidOnUnnamedCardMarksEveryCard(t *testing.T) {
+	h := startHealth(t, twoCards(), func(s *sim.Server) nvidia.Library {
+		return &eventLib{Server: s, events: []nvml.EventData{{EventType: nvml.EventTypeXidCriticalError, EventData: 79}}}
+	})
+	got := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		e := h.next(t)
+		if e.Healthy || !e.ResetRequired {
+			t.Fatalf("event %+v, want unhealthy needing a reset", e)
+		}
+		got[e.UUID] = true
+	}
+	if diff := cmp.Diff(map[string]bool{"GPU-a": true, "GPU-b": true}, got); diff != "" {
+		t.Errorf("cards marked (-want +got):\n%s", diff)
+	}
+}
+
+// noEventsLib serves cards that do not support events.
+type noEventsLib struct{ *sim.Server }
+
+type noEventsDevice struct{ nvml.Device }
+
+func (noEventsDevice) GetSupportedEventTypes() (uint64, nvml.Return) {
+	return 0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func (l noEventsLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	d, ret := l.Server.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	return noEventsDevice{d}, ret
+}
+
+func TestHealthCardWithoutEventsIsProbed(t *testing.T) {
+	h := startHealth(t, twoCards(), func(s *sim.Server) nvidia.Library { return noEventsLib{s} })
+	h.srv.SetFault("GPU-b", sim.FaultLost)
+	got := h.next(t)
+	if got.UUID != "GPU-b" || got.Healthy || !strings.Contains(got.Reason, "ERROR_GPU_IS_LOST") {
+		t.Fatalf("event %+v, want GPU-b unhealthy (lost)", got)
+	}
+	h.srv.SetFault("GPU-b", "")
+	if got := h.next(t); got.UUID != "GPU-b" || !got.Healthy {
+		t.Fatalf("event %+v, want GPU-b healthy again", got)
+	}
+}
+
+func TestHealthPendingRowRemapMarksUnhealthyUntilReset(t *testing.T) {
+	h := startHealth(t, twoCards(), nil)
+	h.srv.SetFault("GPU-a", sim.FaultRowRemapPending)
+	got := h.next(t)
+	if got.UUID != "GPU-a" || got.Healthy || !strings.Contains(got.Reason, "row remapping pending") {
+		t.Fatalf("event %+v, want GPU-a unhealthy by a pending row remap", got)
+	}
+	h.noEventFor(t, 10)
+	h.srv.SetFault("GPU-a", "") // the reset performs the remap
+	if got := h.next(t); got.UUID != "GPU-a" || !got.Healthy {
+		t.Fatalf("event %+v, want GPU-a healthy after the reset", got)
+	}
+}
+
+func TestHealthCardFaultyAtDiscoveryStaysUnhealthy(t *testing.T) {
+	cards := twoCards()
+	cards[1].Fault = sim.FaultMemoryNotSupported
+	h := startHealth(t, cards, nil)
+	got := h.next(t)
+	if got.UUID != "GPU-b" || got.Healthy || !got.ResetRequired || !strings.Contains(got.Reason, "ERROR_NOT_SUPPORTED") {
+		t.Fatalf("event %+v, want GPU-b unhealthy (memory not supported at discovery)", got)
+	}
+	h.noEventFor(t, 10)
 }

@@ -30,6 +30,11 @@ type Card struct {
 	PCIBusID string
 	// NUMA is the card's NUMA node; negative means unknown.
 	NUMA int
+	// Fault says why NVML could not describe the card fully (e.g. "get memory of GPU-…: Not Supported",
+	// "get UUID: GPU is lost"); empty for a sound card. A faulty card is still listed, with what NVML
+	// did report, so that the plugin can advertise it unhealthy and serve the other cards: one lost
+	// card must not take the whole node offline. A card whose UUID NVML cannot tell has UUID "".
+	Fault string
 }
 
 // Library is the part of NVML discovery and health watching use. nvml.Interface (the real library
@@ -112,7 +117,8 @@ func NormalizeBusID(id string) string {
 }
 
 // Discover initialises NVML, lists every card and shuts NVML down again. numa resolves NUMA nodes
-// (SysfsNUMA("/sys") on a real host); nil means every card's NUMA node is unknown.
+// (SysfsNUMA("/sys") on a real host); nil means every card's NUMA node is unknown. Cards NVML cannot
+// describe come back with Fault set; only NVML itself failing (init, count) is an error.
 func Discover(lib Library, numa NUMAFunc) ([]Card, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initialise NVML: %w", ret)
@@ -121,26 +127,32 @@ func Discover(lib Library, numa NUMAFunc) ([]Card, error) {
 	return list(lib, numa)
 }
 
+// list describes every card NVML counts. Only a failure to count is an error: a card NVML cannot
+// describe is listed with Fault set (and what it did report), so one bad card never hides the others.
 func list(lib Library, numa NUMAFunc) ([]Card, error) {
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("count devices: %w", ret)
 	}
 	cards := make([]Card, 0, n)
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	for i := 0; i < n; i++ {
 		d, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("device %d: get handle: %w", i, ret)
+			cards = append(cards, Card{Index: i, NUMA: -1, Fault: fmt.Sprintf("get handle of device %d: %v", i, ret)})
+			continue
 		}
 		c, err := describe(d, i, numa)
 		if err != nil {
-			return nil, fmt.Errorf("device %d: %w", i, err)
+			c.Fault = err.Error()
 		}
-		if seen[c.UUID] {
-			return nil, fmt.Errorf("device %d: UUID %s reported twice", i, c.UUID)
+		if prev, dup := seen[c.UUID]; dup && c.UUID != "" {
+			// Two cards cannot stand for one device ID: the second is kept, nameless and faulty.
+			c.Fault = fmt.Sprintf("UUID %s reported again (first by device %d)", c.UUID, prev)
+			c.UUID = ""
+		} else if c.UUID != "" {
+			seen[c.UUID] = c.Index
 		}
-		seen[c.UUID] = true
 		cards = append(cards, c)
 	}
 	return cards, nil
@@ -148,13 +160,14 @@ func list(lib Library, numa NUMAFunc) ([]Card, error) {
 
 func describe(d nvml.Device, i int, numa NUMAFunc) (Card, error) {
 	c := Card{Index: i, NUMA: -1}
-	var ret nvml.Return
-	if c.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
-		return c, fmt.Errorf("get UUID: %w", ret)
+	u, ret := d.GetUUID()
+	if ret != nvml.SUCCESS {
+		return c, fmt.Errorf("get UUID of device %d: %w", i, ret)
 	}
-	if c.UUID == "" {
-		return c, fmt.Errorf("empty UUID")
+	if u == "" {
+		return c, fmt.Errorf("device %d reports an empty UUID", i)
 	}
+	c.UUID = u
 	if idx, ret := d.GetIndex(); ret == nvml.SUCCESS {
 		c.Index = idx
 	}

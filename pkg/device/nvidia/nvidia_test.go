@@ -166,3 +166,35 @@ func FuzzNormalizeBusID(f *testing.F) {
 		}
 	})
 }
+
+func TestDiscoverKeepsGoingPastBadCards(t *testing.T) {
+	// DGX A100 mock, 8 cards: card 2 cannot report its memory (NOT_SUPPORTED), card 5 is off the bus
+	// (every call GPU_IS_LOST). The six others are described; the two bad ones are listed with Fault.
+	srv := dgxa100.New()
+	srv.Devices[2].(*dgxa100.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
+	srv.Devices[5].(*dgxa100.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	cards, err := nvidia.Discover(srv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cards) != 8 {
+		t.Fatalf("got %d cards, want 8", len(cards))
+	}
+	for i, c := range cards {
+		d := srv.Devices[i].(*dgxa100.Device)
+		switch i {
+		case 2:
+			if c.UUID != d.UUID || c.MemoryMiB != 0 || !strings.Contains(c.Fault, "get memory of "+d.UUID+": ERROR_NOT_SUPPORTED") {
+				t.Errorf("card 2 = %+v, want its UUID, no memory and the memory fault", c)
+			}
+		case 5:
+			if c.UUID != "" || c.Index != 5 || !strings.Contains(c.Fault, "ERROR_GPU_IS_LOST") {
+				t.Errorf("card 5 = %+v, want no UUID and the lost fault", c)
+			}
+		default:
+			if c.UUID != d.UUID || c.MemoryMiB != 40960 || c.Fault != "" {
+				t.Errorf("card %d = %+v, want a sound card", i, c)
+			}
+		}
+	}
+}

@@ -11,14 +11,29 @@
 //	  node-c:
 //	    - {model: "Tesla T4", memoryMiB: 15360, numa: 0, count: 3}
 //	    - {model: "Tesla T4", memoryMiB: 15360, numa: 0, uuid: "GPU-...", healthy: false}
+//	    - {model: "Tesla T4", memoryMiB: 15360, numa: 0, fault: lost}
 //
 // Each entry describes count cards (default 1) in order; cards are indexed from 0 across the node's
 // entries. A card without uuid gets one derived from the node name and its index, so the same file
 // gives the same UUIDs everywhere. numa omitted means unknown; healthy omitted means true.
+//
+// healthy: false raises critical XID 79 on the card and makes its live readings (temperature) fail;
+// setting it back to true is a GPU reset: the card answers again. fault simulates a card NVML cannot
+// use:
+//
+//   - fault: lost — the card is off the bus: every NVML call for it (handle, UUID, name, memory, PCI
+//     info, temperature, events, row remapping) returns ERROR_GPU_IS_LOST, and turning it on while the
+//     plugin runs raises critical XID 79. Removing it (or fault: none) brings the card back, as a reset.
+//   - fault: memory-not-supported — GetMemoryInfo returns ERROR_NOT_SUPPORTED (seen at discovery, so
+//     at the plugin's next start).
+//   - fault: row-remap-pending — GetRemappedRows reports a pending row remap (the card needs a reset).
+//
+// The plugin re-reads the file while it runs (Server.Watch): health and fault changes apply at once.
 package sim
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,7 +69,23 @@ type Entry struct {
 	UUID string `json:"uuid,omitempty"`
 	// Healthy nil means true.
 	Healthy *bool `json:"healthy,omitempty"`
+	// Fault is one of Faults; empty means none.
+	Fault Fault `json:"fault,omitempty"`
 }
+
+// Fault is a simulated NVML fault of a card (see the package documentation).
+type Fault string
+
+// Simulated faults.
+const (
+	FaultNone               Fault = "none"
+	FaultLost               Fault = "lost"
+	FaultMemoryNotSupported Fault = "memory-not-supported"
+	FaultRowRemapPending    Fault = "row-remap-pending"
+)
+
+// Faults lists the values of the fault field.
+var Faults = []Fault{FaultNone, FaultLost, FaultMemoryNotSupported, FaultRowRemapPending}
 
 // Card is one simulated card.
 type Card struct {
@@ -65,6 +96,8 @@ type Card struct {
 	// NUMA is negative when unknown.
 	NUMA    int
 	Healthy bool
+	// Fault is "" (or FaultNone) for a sound card.
+	Fault Fault
 }
 
 // Parse decodes and validates a simulation file. Unknown fields are errors (a misspelt key would
@@ -143,6 +176,13 @@ func (f *File) Cards(node string) ([]Card, error) {
 			}
 		}
 		healthy := e.Healthy == nil || *e.Healthy
+		fault := e.Fault
+		if fault == FaultNone {
+			fault = ""
+		}
+		if fault != "" && !slices.Contains(Faults, fault) {
+			return nil, fmt.Errorf("%s: fault %q is not one of %s", where, e.Fault, faultList())
+		}
 		for k := 0; k < count; k++ {
 			idx := len(cards)
 			u := e.UUID
@@ -153,13 +193,21 @@ func (f *File) Cards(node string) ([]Card, error) {
 				return nil, fmt.Errorf("%s: card %d has UUID %s, like card %d", where, idx, u, prev)
 			}
 			seen[u] = idx
-			cards = append(cards, Card{UUID: u, Index: idx, Model: strings.TrimSpace(e.Model), MemoryMiB: e.MemoryMiB, NUMA: numa, Healthy: healthy})
+			cards = append(cards, Card{UUID: u, Index: idx, Model: strings.TrimSpace(e.Model), MemoryMiB: e.MemoryMiB, NUMA: numa, Healthy: healthy, Fault: fault})
 		}
 	}
 	if len(cards) == 0 {
 		return nil, fmt.Errorf("simulation file: node %q has no cards", node)
 	}
 	return cards, nil
+}
+
+func faultList() string {
+	parts := make([]string, len(Faults))
+	for i, f := range Faults {
+		parts[i] = string(f)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // uuidSpace is the name space of derived UUIDs (a fixed random UUID: changing it changes every

@@ -31,7 +31,9 @@ type device struct {
 	srv  *Server
 	// lost is true while the card is unhealthy: live queries fail with ERROR_GPU_IS_LOST.
 	lost bool
-	sets []*eventSet
+	// fault is the simulated fault ("" for none).
+	fault Fault
+	sets  []*eventSet
 }
 
 type eventSet struct {
@@ -47,7 +49,7 @@ var _ nvidia.Library = (*Server)(nil)
 func New(cards []Card) *Server {
 	s := &Server{}
 	for _, c := range cards {
-		d := &device{card: c, srv: s, lost: !c.Healthy}
+		d := &device{card: c, srv: s, lost: !c.Healthy, fault: c.Fault}
 		d.setFuncs()
 		s.devices = append(s.devices, d)
 	}
@@ -59,11 +61,17 @@ func New(cards []Card) *Server {
 		if i < 0 || i >= len(s.devices) {
 			return nil, nvml.ERROR_INVALID_ARGUMENT
 		}
+		if s.devices[i].faultIs(FaultLost) {
+			return nil, nvml.ERROR_GPU_IS_LOST
+		}
 		return s.devices[i], nvml.SUCCESS
 	}
 	s.DeviceGetHandleByUUIDFunc = func(u string) (nvml.Device, nvml.Return) {
 		for _, d := range s.devices {
 			if d.card.UUID == u {
+				if d.faultIs(FaultLost) {
+					return nil, nvml.ERROR_GPU_IS_LOST
+				}
 				return d, nvml.SUCCESS
 			}
 		}
@@ -121,18 +129,66 @@ func (s *Server) SetHealth(uuid string, healthy bool) bool {
 		}
 		d.lost = !healthy
 		if !healthy {
-			ev := nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: XidFallenOffBus,
-				GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
-			for _, es := range d.sets {
-				select {
-				case es.ch <- ev:
-				default: // a full queue already holds enough bad news
-				}
-			}
+			d.raiseLocked(XidFallenOffBus)
 		}
 		return true
 	}
 	return false
+}
+
+// SetFault sets a card's simulated fault ("" or FaultNone for none). A card going FaultLost raises
+// critical XID 79, as a card falling off the bus does. It reports whether the card exists and its
+// fault changed.
+func (s *Server) SetFault(uuid string, f Fault) bool {
+	if f == FaultNone {
+		f = ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.devices {
+		if d.card.UUID != uuid {
+			continue
+		}
+		if d.fault == f {
+			return false
+		}
+		if f == FaultLost {
+			d.raiseLocked(XidFallenOffBus)
+		}
+		d.fault = f
+		return true
+	}
+	return false
+}
+
+// raiseLocked sends a critical XID on every event set the card is registered with (s.mu held).
+func (d *device) raiseLocked(xid uint64) {
+	ev := nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: xid,
+		GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+	for _, es := range d.sets {
+		select {
+		case es.ch <- ev:
+		default: // a full queue already holds enough bad news
+		}
+	}
+}
+
+func (d *device) faultIs(f Fault) bool {
+	d.srv.mu.Lock()
+	defer d.srv.mu.Unlock()
+	return d.fault == f
+}
+
+// Fault reports the simulated fault of a card ("" for none).
+func (s *Server) Fault(uuid string) Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.devices {
+		if d.card.UUID == uuid {
+			return d.fault
+		}
+	}
+	return ""
 }
 
 // Healthy reports the simulated health of a card.
@@ -155,31 +211,77 @@ func (d *device) isLost() bool {
 
 func (d *device) setFuncs() {
 	c := d.card
-	d.GetUUIDFunc = func() (string, nvml.Return) { return c.UUID, nvml.SUCCESS }
-	d.GetIndexFunc = func() (int, nvml.Return) { return c.Index, nvml.SUCCESS }
-	d.GetMinorNumberFunc = func() (int, nvml.Return) { return c.Index, nvml.SUCCESS }
-	d.GetNameFunc = func() (string, nvml.Return) { return c.Model, nvml.SUCCESS }
+	// gone answers ERROR_GPU_IS_LOST for every call while the card is off the bus.
+	gone := func() bool { return d.faultIs(FaultLost) }
+	d.GetUUIDFunc = func() (string, nvml.Return) {
+		if gone() {
+			return "", nvml.ERROR_GPU_IS_LOST
+		}
+		return c.UUID, nvml.SUCCESS
+	}
+	d.GetIndexFunc = func() (int, nvml.Return) {
+		if gone() {
+			return 0, nvml.ERROR_GPU_IS_LOST
+		}
+		return c.Index, nvml.SUCCESS
+	}
+	d.GetMinorNumberFunc = func() (int, nvml.Return) {
+		if gone() {
+			return 0, nvml.ERROR_GPU_IS_LOST
+		}
+		return c.Index, nvml.SUCCESS
+	}
+	d.GetNameFunc = func() (string, nvml.Return) {
+		if gone() {
+			return "", nvml.ERROR_GPU_IS_LOST
+		}
+		return c.Model, nvml.SUCCESS
+	}
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		switch {
+		case gone():
+			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+		case d.faultIs(FaultMemoryNotSupported):
+			return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED
+		}
 		total := uint64(c.MemoryMiB) << 20
 		return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
 	}
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 		var p nvml.PciInfo
+		if gone() {
+			return p, nvml.ERROR_GPU_IS_LOST
+		}
 		copy(p.BusId[:], BusID(c.Index))
 		p.Bus = uint32(0x10 + c.Index/32)
 		p.Device = uint32(c.Index % 32)
 		return p, nvml.SUCCESS
 	}
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
-		if d.isLost() {
+		if gone() || d.isLost() {
 			return 0, nvml.ERROR_GPU_IS_LOST
 		}
 		return 40, nvml.SUCCESS
 	}
+	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) {
+		switch {
+		case gone():
+			return 0, 0, false, false, nvml.ERROR_GPU_IS_LOST
+		case d.faultIs(FaultRowRemapPending):
+			return 0, 1, true, false, nvml.SUCCESS
+		}
+		return 0, 0, false, false, nvml.SUCCESS
+	}
 	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
+		if gone() {
+			return 0, nvml.ERROR_GPU_IS_LOST
+		}
 		return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError | nvml.EventTypeSingleBitEccError, nvml.SUCCESS
 	}
 	d.RegisterEventsFunc = func(mask uint64, set nvml.EventSet) nvml.Return {
+		if gone() {
+			return nvml.ERROR_GPU_IS_LOST
+		}
 		es, ok := set.(*eventSet)
 		if ok && mask&nvml.EventTypeXidCriticalError != 0 {
 			d.srv.mu.Lock()

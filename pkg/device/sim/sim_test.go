@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
@@ -213,4 +214,81 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestFaultField(t *testing.T) {
+	f, err := sim.Parse([]byte(`nodes: {node1: [{model: T4, memoryMiB: 15360, count: 3}, {model: T4, memoryMiB: 15360, fault: lost}, {model: T4, memoryMiB: 15360, fault: memory-not-supported}, {model: T4, memoryMiB: 15360, fault: none}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, _ := f.Cards("node1")
+	srv := sim.New(cards)
+	got, err := nvidia.Discover(srv, srv.NUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var faults []string
+	for _, c := range got {
+		faults = append(faults, c.Fault)
+	}
+	want := []string{"", "", "", "get handle of device 3: ERROR_GPU_IS_LOST", "get memory of " + cards[4].UUID + ": ERROR_NOT_SUPPORTED", ""}
+	if diff := cmp.Diff(want, faults); diff != "" {
+		t.Errorf("faults (-want +got):\n%s", diff)
+	}
+	if _, err := sim.Parse([]byte(`nodes: {node1: [{model: T4, memoryMiB: 1, fault: melted}]}`)); err == nil || !strings.Contains(err.Error(), `fault "melted" is not one of none, lost, memory-not-supported, row-remap-pending`) {
+		t.Errorf("bad fault: err = %v", err)
+	}
+}
+
+func TestWatchAppliesFaults(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gpus.yaml")
+	write := func(fault string) {
+		t.Helper()
+		y := "nodes:\n  node1:\n    - {model: T4, memoryMiB: 15360, uuid: GPU-x, fault: " + fault + "}\n"
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("none")
+	cards, err := sim.Load(path, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.New(cards)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Watch(ctx, path, "node1", logr.Discard()) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFault := func(want sim.Fault) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for srv.Fault("GPU-x") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("card fault never became %q", want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	write("lost")
+	waitFault(sim.FaultLost)
+	if _, ret := srv.DeviceGetHandleByIndex(0); ret != nvml.ERROR_GPU_IS_LOST {
+		t.Errorf("handle of a lost card: %v, want ERROR_GPU_IS_LOST", ret)
+	}
+	write("none")
+	waitFault("")
+	if d, ret := srv.DeviceGetHandleByIndex(0); ret != nvml.SUCCESS {
+		t.Errorf("handle after the fault cleared: %v", ret)
+	} else if u, ret := d.GetUUID(); u != "GPU-x" || ret != nvml.SUCCESS {
+		t.Errorf("UUID after the fault cleared: %q, %v", u, ret)
+	}
 }

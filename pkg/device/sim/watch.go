@@ -26,7 +26,8 @@ func Load(path, node string) ([]Card, error) {
 
 // Watch follows the simulation file at path until ctx ends and applies health changes of node's
 // cards to s, as if NVML reported them: a card turning `healthy: false` raises a critical XID, one
-// turning healthy again passes the next probe. Other changes (cards added, removed, re-described)
+// turning healthy again passes the next probe; `fault` changes apply at once (fault: lost raises
+// XID 79 and fails every call for the card). Other changes (cards added, removed, re-described)
 // need a restart and are only logged. A file that does not parse is logged and ignored; the last good
 // state stays.
 func (s *Server) Watch(ctx context.Context, path, node string, log logr.Logger) error {
@@ -95,6 +96,9 @@ func (s *Server) apply(cards []Card, log logr.Logger) {
 		}
 		if s.SetHealth(c.UUID, c.Healthy) {
 			log.Info("simulated card health changed", "gpu", c.UUID, "healthy", c.Healthy)
+		}
+		if s.SetFault(c.UUID, c.Fault) {
+			log.Info("simulated card fault changed", "gpu", c.UUID, "fault", string(c.Fault))
 		}
 	}
 }
