@@ -45,6 +45,10 @@ type inFlight struct {
 	req   annotations.ContainerRequest
 	sel   annotations.Selector
 	cards []string // UUIDs
+	// unmanaged is a container of a pod Cardinal did not bind (another scheduler's, or one created
+	// with spec.nodeName): its cards are unknown and the device plugin cannot tell it from a
+	// Cardinal container of the same count, so it is interchangeable with none.
+	unmanaged bool
 }
 
 // podRecord is what the cache keeps of a pod that holds or reserves devices on a node.
@@ -369,7 +373,7 @@ func (c *Cache) recordOf(pod *corev1.Pod) *podRecord {
 		}
 	}
 	if asg == nil && alloc == nil {
-		return nil
+		return c.unmanagedOf(pod, node)
 	}
 	rec := &podRecord{uid: pod.UID, key: pod.Namespace + "/" + pod.Name, node: node}
 	req, _ := annotations.ParsePodRequest(pod, c.names)
@@ -430,6 +434,25 @@ func (c *Cache) recordOf(pod *corev1.Pod) *podRecord {
 	}
 	if len(rec.uses) == 0 {
 		return nil
+	}
+	return rec
+}
+
+// unmanagedOf is the record of a bound GPU pod without Cardinal's records: while it is Pending the
+// kubelet may be admitting it, so each of its GPU containers is in flight (and blocks Cardinal
+// containers of the same device count on the node, see waits) until the device plugin records
+// what it got. nil for any other pod.
+func (c *Cache) unmanagedOf(pod *corev1.Pod, node string) *podRecord {
+	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+		return nil
+	}
+	req, err := annotations.ParsePodRequest(pod, c.names)
+	if err != nil || req.Empty() {
+		return nil
+	}
+	rec := &podRecord{uid: pod.UID, key: pod.Namespace + "/" + pod.Name, node: node}
+	for _, r := range req.Containers {
+		rec.inFlight = append(rec.inFlight, inFlight{pod: rec.key, req: r, unmanaged: true})
 	}
 	return rec
 }
@@ -736,7 +759,7 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, plan *core.Plan, self types.UID
 // interchangeable reports whether container r (placed on devs) and the in-flight container f ask
 // for the same thing and each one's selector accepts the other's cards.
 func interchangeable(s *core.NodeState, p *core.Pod, r *annotations.ContainerRequest, devs []int, plan *core.Plan, f *inFlight) bool {
-	if !r.Interchangeable(&f.req) {
+	if f.unmanaged || !r.Interchangeable(&f.req) {
 		return false
 	}
 	for _, uuid := range f.cards {

@@ -269,3 +269,29 @@ func TestSharesShrinkCountsOrphanSlots(t *testing.T) {
 		t.Fatalf("third pod on a 2-share card held twice: %q, want no fit", err)
 	}
 }
+
+// A GPU pod Cardinal did not bind (another scheduler's) that the kubelet may be admitting is in
+// flight: a Cardinal container of the same device count waits for it, since the device plugin
+// cannot tell the two apart in GetPreferredAllocation.
+func TestUnmanagedGPUPodIsInFlight(t *testing.T) {
+	h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 4}))
+	u := bound(gpuPod("other", nil, ctr{name: "m", gpu: 1}), "n1")
+	u.Spec.SchedulerName = "default-scheduler"
+	h.cache.UpsertPod(u)
+	h.createPods(gpuPod("x", nil, ctr{name: "m", gpu: 1}), gpuPod("two", nil, ctr{name: "m", gpu: 2}))
+	if err := h.bind("x", "n1"); !strings.Contains(err, ErrInFlight.Error()) || !strings.Contains(err, "default/other") {
+		t.Fatalf("bind beside an unmanaged pod being admitted: %q, want in flight naming it", err)
+	}
+	if err := h.bind("two", "n1"); err != "" {
+		t.Fatalf("a different device count need not wait: %q", err)
+	}
+	// Once the plugin records what the unmanaged pod got, it holds that card and x goes.
+	u = withAllocation(t, u.DeepCopy(), "n1", annotations.ContainerAllocation{Name: "m", IDs: []string{uuidOf("n1", 3)}, Source: annotations.SourceAllocate})
+	h.cache.UpsertPod(u)
+	if err := h.bind("x", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	if a, _ := h.assignmentOf("default", "x"); a.Containers[0].Devices[0].UUID == uuidOf("n1", 3) {
+		t.Fatal("x was given the unmanaged pod's card")
+	}
+}
