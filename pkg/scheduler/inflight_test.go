@@ -1,9 +1,11 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -86,5 +88,35 @@ func TestFilterPrefersNodesWithoutWaiting(t *testing.T) {
 	}
 	if _, err := h.cache.Reserve(second.UID, "default/b", p, "n1"); !errors.Is(err, ErrInFlight) {
 		t.Errorf("Reserve = %v, want ErrInFlight", err)
+	}
+}
+
+// A bind that would wait for a container in flight waits (up to BindWait) for it to be allocated
+// and then binds, instead of sending the pod into kube-scheduler's backoff (issue: mixed bursts
+// waited about 4 s per pod).
+func TestBindWaitsForInFlight(t *testing.T) {
+	h := newHarness(t, harnessOptions{informer: true, bindWait: 10 * time.Second}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 4, shares: 4}))
+	h.createPods(gpuPod("a", nil, ctr{name: "m", gpu: 1}), gpuPod("b", nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10}))
+	if err := h.bind("a", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	allocated := make(chan struct{})
+	go func() {
+		defer close(allocated)
+		time.Sleep(50 * time.Millisecond)
+		a, _ := h.assignmentOf("default", "a")
+		p, _ := h.client.CoreV1().Pods("default").Get(context.Background(), "a", metav1.GetOptions{})
+		h.cache.UpsertPod(withAllocation(t, p.DeepCopy(), "n1", annotations.ContainerAllocation{Name: "m", IDs: a.Containers[0].IDs(), Source: annotations.SourceAllocate}))
+	}()
+	if err := h.bind("b", "n1"); err != "" {
+		t.Fatalf("bind of b while a is allocated during the wait: %q", err)
+	}
+	<-allocated
+	// Without an allocation, the wait ends at its deadline, ctx or BindWait.
+	h.createPods(gpuPod("c", nil, ctr{name: "m", gpu: 1}))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if res := h.srv.Bind(ctx, &bindArgs{PodName: "c", PodNamespace: "default", Node: "n1"}); !strings.Contains(res.Error, ErrInFlight.Error()) {
+		t.Fatalf("bind of c with b in flight: %q, want in flight", res.Error)
 	}
 }
