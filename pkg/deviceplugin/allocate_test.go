@@ -55,6 +55,7 @@ func TestAllocateIdentityTwentyPods(t *testing.T) {
 			ids = append(ids, annotations.SlotID(uuidOf(card), slot))
 			uuids = append(uuids, uuidOf(card))
 		}
+		slices.Sort(uuids) // CUDA's order: PCI bus = NVML index order, not the assignment's
 		name := fmt.Sprintf("job-%02d", i)
 		b := newPod(name, ctr{name: "main", ids: ids})
 		pods = append(pods, b)
@@ -217,7 +218,7 @@ func TestAllocateUnmanagedPodGetsDevicesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]string{EnvVisibleDevices: "GPU-05,GPU-04"}, resp.ContainerResponses[0].Envs); diff != "" {
+	if diff := cmp.Diff(map[string]string{EnvVisibleDevices: "GPU-04,GPU-05", EnvCUDADeviceOrder: "PCI_BUS_ID"}, resp.ContainerResponses[0].Envs); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
 	}
 }
@@ -233,6 +234,7 @@ func TestAllocateSharedCardsSetsLimits(t *testing.T) {
 	}
 	want := map[string]string{
 		EnvVisibleDevices:          "GPU-01,GPU-03",
+		EnvCUDADeviceOrder:         "PCI_BUS_ID",
 		EnvMemoryLimitPrefix + "0": "4096m",
 		EnvMemoryLimitPrefix + "1": "4096m",
 		EnvSMLimit:                 "30",
@@ -331,5 +333,45 @@ func TestPreferredAllocationWaitsForTheCache(t *testing.T) {
 	r := <-done
 	if r.err != nil || !slices.Equal(r.ids, []string{"GPU-02"}) {
 		t.Fatalf("got %v, %v; want [GPU-02]", r.ids, r.err)
+	}
+}
+
+func TestLimitsFollowCUDAOrderNotKubeletOrder(t *testing.T) {
+	// The kubelet hands over slot IDs of cards 3 and 1 in that order; the assignment reserves
+	// 30000 MiB on card 3 and 10000 MiB on card 1. CUDA numbers the visible cards by PCI bus id (= NVML
+	// index here): device 0 is card 1, device 1 is card 3, so limit 0 must be card 1's 10000 MiB.
+	cards := testCards(4, nil)
+	for i := range cards {
+		cards[i].PCIBusID = fmt.Sprintf("0000:%02x:00.0", 0x10+i)
+	}
+	p := testPlugin(t, cards, 4)
+	ids := []string{annotations.SlotID(uuidOf(3), 0), annotations.SlotID(uuidOf(1), 1)}
+	pod := newPod("a", ctr{name: "main", ids: ids, memMiB: 10000, cores: 20}).obj(t)
+	a, err := annotations.DecodeAssignment(pod.Annotations[annotations.GPUAssignment])
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Containers[0].Devices[0].MemoryMiB = 30000 // card 3
+	v, err := annotations.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[annotations.GPUAssignment] = v
+	p.UpsertPod(pod)
+	resp, err := p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		EnvVisibleDevices:          "GPU-01,GPU-03",
+		EnvCUDADeviceOrder:         "PCI_BUS_ID",
+		EnvMemoryLimitPrefix + "0": "10000m",
+		EnvMemoryLimitPrefix + "1": "30000m",
+		EnvMPSMemoryLimit:          "0=10000M,1=30000M",
+		EnvSMLimit:                 "20",
+		EnvMPSThreadPercentage:     "20",
+	}
+	if diff := cmp.Diff(want, resp.ContainerResponses[0].Envs); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
 	}
 }

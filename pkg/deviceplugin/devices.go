@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"slices"
+	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -21,7 +22,9 @@ type advertised struct {
 // deviceTable is the node's cards and the device IDs that stand for them. The set of cards and IDs is
 // fixed at start; only health changes (under Plugin.mu).
 type deviceTable struct {
-	cards   []annotations.GPU
+	cards []annotations.GPU
+	// bus is each card's PCI bus id (sysfs form; "" when unknown), by the index of cards.
+	bus     []string
 	byUUID  map[string]int
 	devices map[string]advertised
 	order   []string
@@ -39,6 +42,7 @@ func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
 		i := len(t.cards)
 		g := annotations.GPU{UUID: c.UUID, Index: c.Index, Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: c.NUMA, Healthy: c.Fault == "", Shares: shares}
 		t.cards = append(t.cards, g)
+		t.bus = append(t.bus, c.PCIBusID)
 		t.byUUID[c.UUID] = i
 		for k, id := range g.DeviceIDs() {
 			slot := -1
@@ -121,4 +125,16 @@ func namedCards(cards []nvidia.Card, prev *annotations.Inventory) []nvidia.Card 
 		}
 	}
 	return out
+}
+
+// cudaOrder sorts card UUIDs as CUDA numbers the visible devices with CUDA_DEVICE_ORDER=PCI_BUS_ID:
+// by PCI bus id, which is also NVML's index order; cards whose bus id is unknown by NVML index.
+func (t *deviceTable) cudaOrder(uuids []string) {
+	slices.SortStableFunc(uuids, func(a, b string) int {
+		i, j := t.byUUID[a], t.byUUID[b]
+		if t.bus[i] != "" && t.bus[j] != "" && t.bus[i] != t.bus[j] {
+			return strings.Compare(t.bus[i], t.bus[j])
+		}
+		return t.cards[i].Index - t.cards[j].Index
+	})
 }

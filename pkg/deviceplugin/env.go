@@ -12,6 +12,9 @@ import (
 const (
 	// EnvVisibleDevices lists the container's card UUIDs for the NVIDIA container runtime.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// EnvCUDADeviceOrder makes CUDA number the visible cards in PCI bus order (its default puts the
+	// fastest first), the order NVIDIA_VISIBLE_DEVICES and the limit variables use.
+	EnvCUDADeviceOrder = "CUDA_DEVICE_ORDER"
 	// EnvMemoryLimitPrefix + i is HAMi-core's memory limit of the container's i-th card, "<MiB>m".
 	EnvMemoryLimitPrefix = "CUDA_DEVICE_MEMORY_LIMIT_"
 	// EnvSMLimit is HAMi-core's compute limit in percent, for every card of the container.
@@ -22,9 +25,13 @@ const (
 	EnvMPSThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 )
 
-// containerEnv builds the container's environment. Cards are numbered as CUDA will see them: in the
-// order of NVIDIA_VISIBLE_DEVICES. Limits are set only for containers that asked for a share of their
-// cards (memory or cores): whole-card containers get the visible devices alone.
+// containerEnv builds the container's environment. Cards are numbered as CUDA will see them, not in
+// the kubelet's order of IDs: the container runtime exposes the cards NVIDIA_VISIBLE_DEVICES names,
+// and CUDA (told CUDA_DEVICE_ORDER=PCI_BUS_ID) numbers them by PCI bus id, which is NVML's index order
+// too. So NVIDIA_VISIBLE_DEVICES lists them in that order and CUDA_DEVICE_MEMORY_LIMIT_<i> and
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's i=… name the i-th of that list. Limits are set only for
+// containers that asked for a share of their cards (memory or cores): whole-card containers get the
+// visible devices alone.
 func containerEnv(t *deviceTable, o outcome) map[string]string {
 	var uuids []string
 	for _, id := range o.IDs {
@@ -32,7 +39,8 @@ func containerEnv(t *deviceTable, o outcome) map[string]string {
 			uuids = append(uuids, u)
 		}
 	}
-	env := map[string]string{EnvVisibleDevices: strings.Join(uuids, ",")}
+	t.cudaOrder(uuids)
+	env := map[string]string{EnvVisibleDevices: strings.Join(uuids, ","), EnvCUDADeviceOrder: "PCI_BUS_ID"}
 	if o.Owner == nil {
 		return env
 	}
