@@ -40,8 +40,8 @@ const (
 // agreedFlags are the flags each binary takes (the interface agreed between the components); the
 // chart must pass nothing else.
 var agreedFlags = map[string][]string{
-	"extender":      {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy"},
-	"webhook":       {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts"},
+	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl"},
+	"webhook":  {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids"},
 }
