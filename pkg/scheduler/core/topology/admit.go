@@ -341,8 +341,8 @@ func (s *sim) allocateDevices(ci int, c *Container, aff Mask) (Allocation, *Refu
 			}
 		}
 	}
-	picked := s.pick(ci, pool, a.FromPool)
 	a.Fixed, a.Pool = s.ids(fixed), s.ids(pool)
+	picked := s.pick(ci, a.Fixed, pool, a.FromPool)
 	a.Taken = append(s.ids(fixed), s.ids(picked)...)
 	handOn := c.Init && !c.Restartable
 	for _, list := range [][]int{fixed, picked} {
@@ -366,12 +366,9 @@ func (s *sim) ids(idx []int) []string {
 }
 
 // pick applies Request.Pick to the pool, or takes its first n.
-func (s *sim) pick(ci int, pool []int, n int) []int {
-	if n == 0 {
-		return nil
-	}
+func (s *sim) pick(ci int, fixed []string, pool []int, n int) []int {
 	if s.r.Pick != nil {
-		if got := s.r.Pick(ci, s.ids(pool), n); len(got) == n {
+		if got := s.r.Pick(ci, fixed, s.ids(pool), n); len(got) == n && n > 0 {
 			out := make([]int, 0, n)
 			for _, id := range got {
 				k := slices.IndexFunc(pool, func(i int) bool { return s.devs[i].ID == id })
@@ -384,6 +381,9 @@ func (s *sim) pick(ci int, pool []int, n int) []int {
 				return out
 			}
 		}
+	}
+	if n == 0 {
+		return nil
 	}
 	return pool[:n]
 }

@@ -187,6 +187,37 @@ func TestPodRequests(t *testing.T) {
 	}
 }
 
+func TestPickSeesFixedAndEveryContainer(t *testing.T) {
+	// Container scope, restricted. NUMA 0 has 2 free cards, NUMA 1 has 4. "a" (1 card): {0},
+	// 2 aligned > 1, the plugin picks (nothing fixed). "b" (1 card): NUMA 0 has 1 left, 1 == 1,
+	// the kubelet takes it without the plugin; Pick still hears of it, with n == 0. "c" (3
+	// cards): {1}, 4 aligned > 3, the plugin picks.
+	n := twoNUMA(PolicyRestricted, ScopeContainer)
+	devs := join(cards(0, 4, 2), cards(1, 4, 0))
+	req := pod(false, app("a", 1, 0), app("b", 1, 0), app("c", 3, 0))
+	type call struct {
+		C           int
+		Fixed, Pool []string
+		N           int
+	}
+	var got []call
+	req.Pick = func(c int, fixed, pool []string, k int) []string {
+		got = append(got, call{c, fixed, pool, k})
+		return pool[:k]
+	}
+	if _, ref := Admit(n, devs, req); ref != nil {
+		t.Fatal(ref)
+	}
+	want := []call{
+		{C: 0, Pool: ids("n0", 2, 3), N: 1},
+		{C: 1, Fixed: ids("n0", 3)},
+		{C: 2, Pool: ids("n1", 0, 1, 2, 3), N: 3},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Pick calls (-want +got):\n%s", diff)
+	}
+}
+
 func TestPickSteersLaterContainers(t *testing.T) {
 	// Container scope, best-effort. NUMA 0 has 2 free cards, NUMA 1 has 4. "a" (1 card) goes to
 	// {0}, the plugin picks among n0-2, n0-3. If it picks n0-3, NUMA 0 keeps n0-2 and "b" (1 card)
@@ -194,7 +225,7 @@ func TestPickSteersLaterContainers(t *testing.T) {
 	n := twoNUMA(PolicyBestEffort, ScopeContainer)
 	devs := join(cards(0, 4, 2), cards(1, 4, 0))
 	req := pod(false, app("a", 1, 0), app("b", 1, 0))
-	req.Pick = func(c int, pool []string, k int) []string { return pool[len(pool)-k:] }
+	req.Pick = func(c int, _, pool []string, k int) []string { return pool[len(pool)-k:] }
 	got, ref := Admit(n, devs, req)
 	if ref != nil {
 		t.Fatal(ref)
@@ -206,7 +237,7 @@ func TestPickSteersLaterContainers(t *testing.T) {
 		t.Errorf("b (-want +got):\n%s", diff)
 	}
 	// A Pick that answers outside the pool is ignored: the first of the pool is taken.
-	req.Pick = func(int, []string, int) []string { return []string{"n1-0"} }
+	req.Pick = func(int, []string, []string, int) []string { return []string{"n1-0"} }
 	got, _ = Admit(n, devs, req)
 	if diff := cmp.Diff([]string{"n0-2"}, got.Containers[0].Devices.Taken); diff != "" {
 		t.Errorf("bad pick (-want +got):\n%s", diff)

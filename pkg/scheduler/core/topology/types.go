@@ -105,10 +105,13 @@ type Request struct {
 	// Guaranteed is the pod's QoS class being Guaranteed.
 	Guaranteed bool
 	// Pick, when set, says which n device IDs of pool the device plugin (or, with no plugin call,
-	// the kubelet) takes for container c; it must return n distinct IDs of pool, otherwise the
-	// model takes the first n. Nil takes the first n (pool keeps the order of the devices given to
-	// Admit). Later containers' hints depend on what earlier ones took.
-	Pick func(c int, pool []string, n int) []string
+	// the kubelet) takes for container c, beside fixed, the IDs the kubelet takes anyway (the
+	// plugin's mustInclude); it must return n distinct IDs of pool, otherwise the model takes the
+	// first n. Nil takes the first n (pool keeps the order of the devices given to Admit). It is
+	// called for every container that gets devices, in admission order, also with n == 0 (all
+	// fixed), so that a caller sees every container's devices as they are taken. Later
+	// containers' hints depend on what earlier ones took.
+	Pick func(c int, fixed, pool []string, n int) []string
 }
 
 // Hint is a TopologyHint: a NUMA affinity (zero: none) and whether it is preferred.
