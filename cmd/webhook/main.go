@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -20,15 +21,19 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/webhook"
 )
 
-const help = `webhook: Cardinal's mutating admission webhook for pods.
+const help = `webhook: Cardinal's admission webhook for pods and workloads.
 
 A pod whose containers (init containers included) request nvidia.com/gpu, gpumem, gpumem-percentage or
 gpucores is sent to Cardinal's scheduler (spec.schedulerName), unless it names another scheduler. The
 webhook refuses GPU pods that set spec.nodeName, malformed selector annotations and resource requests,
-memory no known card can hold, and pods carrying Cardinal's internal annotations; it warns when no
-known card matches a pod's selectors. It watches Nodes (list/watch) for their card inventory.
+memory no known card can hold, pods carrying Cardinal's internal annotations, updates of them by
+anyone but --trusted-service-accounts (pods/status included), and pods (GPU or not, outside
+--device-env-namespaces) whose containers set a device variable; it warns when no known card matches
+a pod's selectors. Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs whose pod
+template those rules refuse are refused too. It watches Nodes (list/watch) for their card inventory.
 
-Register it with the MutatingWebhookConfiguration of pkg/webhook (the chart ships it).
+Register it with the Mutating- and ValidatingWebhookConfiguration of pkg/webhook (the chart ships
+them).
 
 Flags:
 `
@@ -49,7 +54,7 @@ func run() error {
 		fmt.Fprint(os.Stderr, help)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); admission is served at "+webhook.Path)
+	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); pods are admitted at "+webhook.Path+", workloads at "+webhook.WorkloadsPath)
 	fs.StringVar(&cfg.CertDir, "cert-dir", "/etc/cardinal/webhook/certs", "folder holding tls.crt and tls.key for --listen; reloaded when they change")
 	fs.StringVar(&cfg.HealthListen, "health-listen", ":8081", "address of /healthz and /readyz (ready once serving and the nodes are listed); empty disables")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":8080", "address of /metrics (admission latency, decisions by outcome); empty disables")
@@ -57,6 +62,8 @@ func run() error {
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", "cardinal-scheduler", "scheduler profile GPU pods are sent to")
 	fs.StringSliceVar(&cfg.TrustedServiceAccounts, "trusted-service-accounts", nil,
 		"comma list of system:serviceaccount:<namespace>:<name> allowed to add, change or remove Cardinal's internal pod annotations (the extender's and the device plugin's)")
+	fs.StringSliceVar(&cfg.DeviceEnvNamespaces, "device-env-namespaces", webhook.DefaultDeviceEnvNamespaces(),
+		"comma list of namespaces whose pods may set the device variables ("+strings.Join(webhook.DeviceEnvNames(), ", ")+"); empty: none")
 	logOpts.AddFlags(fs)
 	cfg.Resources.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -12,9 +12,10 @@ import (
 
 func testRules() *Rules {
 	return &Rules{
-		SchedulerName: "cardinal-scheduler",
-		Resources:     annotations.DefaultResourceNames(),
-		TrustedUsers:  []string{"system:serviceaccount:cardinal-system:extender"},
+		SchedulerName:       "cardinal-scheduler",
+		Resources:           annotations.DefaultResourceNames(),
+		TrustedUsers:        []string{"system:serviceaccount:cardinal-system:extender"},
+		DeviceEnvNamespaces: []string{"gpu-operator"},
 	}
 }
 

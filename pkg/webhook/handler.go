@@ -93,6 +93,9 @@ func (h *Handler) create(req admission.Request) (admission.Response, Outcome, Re
 	if err := h.decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), OutcomeError, ""
 	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace // a pod created without metadata.namespace takes the request's
+	}
 	var original *corev1.Pod
 	if h.rules.IsGPUPod(pod) {
 		original = pod.DeepCopy()

@@ -53,14 +53,21 @@ func TestREADMEMessages(t *testing.T) {
 		{newPod(main("nvidia.com/gpu", "1", "nvidia.com/gpumem", "90000")), known},
 		{newPod(main("nvidia.com/gpu", "1"), privileged), cards},
 		{newPod(annotated("nvidia.com/use-gputype", "H100"), main("nvidia.com/gpu", "1")), twoA100},
+		{newPod(containers(withEnv(ctr("main"), "NVIDIA_VISIBLE_DEVICES"))), cards},
+		{newPod(containers(withEnvFrom(ctr("main"), "NVIDIA_", "settings"))), cards},
 	} {
 		add(r.ValidateCreate(c.pod, c.cards))
 	}
 	_, defaulted := r.Default(newPod(main("nvidia.com/gpumem", "1024")))
 	messages = append(messages, defaulted...)
 	add(r.ValidateUpdate(oneGPU(), oneGPU(annotated("cardinal.io/gpu-assignment", "{}")), "alice"))
-	if len(messages) != 15 {
-		t.Fatalf("got %d messages, want 15: %q", len(messages), messages)
+	tmpl := template(newPod(annotated("nvidia.com/use-gputype", "A100,"), main("nvidia.com/gpu", "1")))
+	_, err = r.ValidateTemplate("ns", &tmpl, cards)
+	if d, ok := IsDenial(err); ok {
+		messages = append(messages, `admission webhook "workloads.webhook.cardinal.io" denied the request: spec.template: `+d.Details[0])
+	}
+	if len(messages) != 18 {
+		t.Fatalf("got %d messages, want 18: %q", len(messages), messages)
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {

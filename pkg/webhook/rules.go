@@ -25,6 +25,8 @@ const (
 	ReasonInvalidRequest Reason = "InvalidResourceRequest"
 	// ReasonInvalidSelector: a selector or policy annotation is malformed.
 	ReasonInvalidSelector Reason = "InvalidSelector"
+	// ReasonDeviceEnv: a container sets a variable that chooses cards or limits (deviceVars).
+	ReasonDeviceEnv Reason = "DeviceEnvironment"
 	// ReasonMemoryTooLarge: a container asks for more memory per card than any card Cardinal knows has.
 	ReasonMemoryTooLarge Reason = "MemoryLargerThanAnyCard"
 )
@@ -82,6 +84,8 @@ type Rules struct {
 	// TrustedUsers may add, change and remove Cardinal's internal annotations on pods (the extender's
 	// and the device plugin's service accounts, as `system:serviceaccount:<ns>:<name>`).
 	TrustedUsers []string
+	// DeviceEnvNamespaces may set the device variables (deviceVars) in their pods.
+	DeviceEnvNamespaces []string
 }
 
 // IsGPUPod reports whether any container, init containers included, names a managed resource.
@@ -154,17 +158,16 @@ func hasResource(c *corev1.Container, name corev1.ResourceName) bool {
 // do what the user wants. cards is what Cardinal knows of the cluster; nil or empty means nothing, and
 // then no rule that needs cards applies.
 func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string, err error) {
-	if keys := internalKeys(pod.Annotations); len(keys) > 0 {
-		ds := denials{}
-		for _, k := range keys {
-			ds.add(ReasonInternalAnnotation, fmt.Errorf("metadata.annotations: %s is written only by Cardinal (its scheduler extender and device plugin); remove it from the pod", k))
-		}
-		return nil, ds.err()
+	var ds denials
+	for _, k := range internalKeys(pod.Annotations) {
+		ds.add(ReasonInternalAnnotation, fmt.Errorf("metadata.annotations: %s is written only by Cardinal (its scheduler extender and device plugin); remove it from the pod", k))
+	}
+	if !r.deviceEnvAllowed(pod.Namespace) {
+		ds.add(ReasonDeviceEnv, errors.Join(deviceEnvRefusals(&pod.Spec)...))
 	}
 	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
-		return nil, nil
+		return nil, ds.err()
 	}
-	var ds denials
 	if pod.Spec.NodeName != "" {
 		ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass card selection: a pod requesting %s is placed by %s, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
 			pod.Spec.NodeName, r.Resources.GPU, r.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
@@ -237,9 +240,10 @@ func (r *Rules) cardWarnings(req *annotations.PodRequest, sel *annotations.Selec
 	return out
 }
 
-// ValidateUpdate decides whether an update of a pod is admitted. Only TrustedUsers may add, change or
-// remove Cardinal's internal annotations; a selector annotation changed on a GPU pod Cardinal places
-// must still parse.
+// ValidateUpdate decides whether an update of a pod (through pods, pods/status or
+// pods/ephemeralcontainers) is admitted. Only TrustedUsers may add, change or remove Cardinal's
+// internal annotations; a selector annotation changed on a GPU pod Cardinal places must still parse;
+// an ephemeral container added may not set a device variable.
 func (r *Rules) ValidateUpdate(old, pod *corev1.Pod, username string) (warnings []string, err error) {
 	var ds denials
 	if !slices.Contains(r.TrustedUsers, username) {
@@ -257,7 +261,21 @@ func (r *Rules) ValidateUpdate(old, pod *corev1.Pod, username string) (warnings 
 		_, selErr := annotations.ParseSelector(pod.Annotations)
 		ds.add(ReasonInvalidSelector, selErr)
 	}
+	if added := addedEphemeral(old, pod); len(added) > 0 && !r.deviceEnvAllowed(pod.Namespace) {
+		ds.add(ReasonDeviceEnv, errors.Join(deviceEnvRefusals(&corev1.PodSpec{EphemeralContainers: added})...))
+	}
 	return nil, ds.err()
+}
+
+// addedEphemeral lists the ephemeral containers pod has and old had not (kubectl debug adds them).
+func addedEphemeral(old, pod *corev1.Pod) []corev1.EphemeralContainer {
+	var out []corev1.EphemeralContainer
+	for _, c := range pod.Spec.EphemeralContainers {
+		if !slices.ContainsFunc(old.Spec.EphemeralContainers, func(o corev1.EphemeralContainer) bool { return o.Name == c.Name }) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func verb(inOld, inNew bool) string {

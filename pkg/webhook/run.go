@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -38,6 +39,9 @@ type Config struct {
 	// TrustedServiceAccounts may change Cardinal's internal pod annotations, as
 	// `system:serviceaccount:<namespace>:<name>`.
 	TrustedServiceAccounts []string
+	// DeviceEnvNamespaces may set the device variables (NVIDIA_VISIBLE_DEVICES, ...; DeviceEnvNames)
+	// in their pods: system components such as the GPU operator's.
+	DeviceEnvNamespaces []string
 	// Resources are the managed resource names.
 	Resources annotations.ResourceNames
 	// Client watches Nodes for their card inventory.
@@ -68,6 +72,11 @@ func (c *Config) validate() error {
 		if !strings.HasPrefix(sa, serviceAccountPrefix) || len(parts) != 2 || parts[0] == "" || parts[1] == "" ||
 			strings.ContainsAny(sa, `'\" `) {
 			return fmt.Errorf("--trusted-service-accounts: %q is not system:serviceaccount:<namespace>:<name>", sa)
+		}
+	}
+	for _, ns := range c.DeviceEnvNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--device-env-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
 		}
 	}
 	if err := c.Resources.Validate(); err != nil {
@@ -114,10 +123,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 
-	rules := &Rules{SchedulerName: cfg.SchedulerName, Resources: cfg.Resources, TrustedUsers: cfg.TrustedServiceAccounts}
+	rules := &Rules{SchedulerName: cfg.SchedulerName, Resources: cfg.Resources, TrustedUsers: cfg.TrustedServiceAccounts,
+		DeviceEnvNamespaces: cfg.DeviceEnvNamespaces}
 	host, port, _ := splitHostPort(cfg.Listen)
 	server := crwebhook.NewServer(crwebhook.Options{Host: host, Port: port, CertDir: cfg.CertDir})
 	server.Register(Path, NewHandler(rules, nodes, metrics).Webhook(log.WithName("admission")))
+	server.Register(WorkloadsPath, NewWorkloadHandler(rules, nodes, metrics).Webhook(log.WithName("workloads")))
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { nodes.Run(ctx); return nil })
@@ -151,8 +162,8 @@ func Run(ctx context.Context, cfg Config) error {
 		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{}))
 		g.Go(func() error { return serve(ctx, "metrics", cfg.MetricsListen, mux) })
 	}
-	log.Info("Webhook starting", "listen", cfg.Listen, "path", Path, "schedulerName", cfg.SchedulerName,
-		"trustedServiceAccounts", cfg.TrustedServiceAccounts)
+	log.Info("Webhook starting", "listen", cfg.Listen, "paths", []string{Path, WorkloadsPath}, "schedulerName", cfg.SchedulerName,
+		"trustedServiceAccounts", cfg.TrustedServiceAccounts, "deviceEnvNamespaces", cfg.DeviceEnvNamespaces)
 	return g.Wait()
 }
 

@@ -32,6 +32,8 @@ func TestConfigValidate(t *testing.T) {
 		{"a service account without a namespace", func(c *Config) {
 			c.TrustedServiceAccounts = []string{"system:serviceaccount::extender"}
 		}, "is not system:serviceaccount"},
+		{"a namespace allowed device variables", func(c *Config) { c.DeviceEnvNamespaces = []string{"gpu-operator", "kube-system"} }, ""},
+		{"a device-env namespace that is no name", func(c *Config) { c.DeviceEnvNamespaces = []string{"GPU Operator"} }, `--device-env-namespaces: "GPU Operator" is not a namespace name`},
 		{"a resource name used twice", func(c *Config) { c.Resources.Cores = c.Resources.Mem }, "used twice"},
 	}
 	for _, tt := range tests {

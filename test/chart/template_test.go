@@ -41,7 +41,7 @@ const (
 // chart must pass nothing else.
 var agreedFlags = map[string][]string{
 	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl"},
-	"webhook":  {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts"},
+	"webhook":  {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids"},
 }
@@ -252,6 +252,14 @@ func TestWebhookConfigurationMatchesPackage(t *testing.T) {
 	if diff := cmp.Diff(want.Webhooks, got.Webhooks); diff != "" {
 		t.Errorf("webhooks differ from pkg/webhook's (-package +chart):\n%s", diff)
 	}
+	gotV := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, r, webhookName)
+	wantV, err := webhook.ValidatingWebhookConfiguration(opts)
+	if err != nil {
+		t.Fatalf("pkg/webhook configuration: %v", err)
+	}
+	if diff := cmp.Diff(wantV.Webhooks, gotV.Webhooks); diff != "" {
+		t.Errorf("workload webhooks differ from pkg/webhook's (-package +chart):\n%s", diff)
+	}
 }
 
 func TestWebhookConfigurationFollowsValues(t *testing.T) {
@@ -262,13 +270,14 @@ func TestWebhookConfigurationFollowsValues(t *testing.T) {
 		"webhook": map[string]any{
 			"timeoutSeconds":         7,
 			"trustedServiceAccounts": []string{"system:serviceaccount:ops:annotator"},
+			"deviceEnvNamespaces":    []string{"ops", "monitoring"},
 			"clientConfig":           map[string]any{"url": "https://127.0.0.1:9443/mutate-pods", "caBundle": "Q0E="},
 		},
 	})
 	got := get[*admissionregistrationv1.MutatingWebhookConfiguration](t, r, webhookName)
 	opts := webhook.ConfigurationOptions{
 		Name: webhookName, Namespace: namespace, URL: "https://127.0.0.1:9443/mutate-pods", CABundle: []byte("CA"),
-		Resources: names, TimeoutSeconds: 7,
+		Resources: names, TimeoutSeconds: 7, DeviceEnvNamespaces: []string{"ops", "monitoring"},
 		// The device plugin is off: only the scheduler and the extra account are trusted.
 		TrustedUsers: []string{schedulerSA, "system:serviceaccount:ops:annotator"},
 	}
@@ -279,9 +288,19 @@ func TestWebhookConfigurationFollowsValues(t *testing.T) {
 	if diff := cmp.Diff(want.Webhooks, got.Webhooks); diff != "" {
 		t.Errorf("webhooks differ from pkg/webhook's (-package +chart):\n%s", diff)
 	}
+	wantV, err := webhook.ValidatingWebhookConfiguration(opts)
+	if err != nil {
+		t.Fatalf("pkg/webhook configuration: %v", err)
+	}
+	if diff := cmp.Diff(wantV.Webhooks, get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, r, webhookName).Webhooks); diff != "" {
+		t.Errorf("workload webhooks differ from pkg/webhook's (-package +chart):\n%s", diff)
+	}
 	args := flagsOf(t, container(t, get[*appsv1.Deployment](t, r, webhookName).Spec.Template.Spec, "webhook").Args)
 	if want := schedulerSA + ",system:serviceaccount:ops:annotator"; args["trusted-service-accounts"] != want {
 		t.Errorf("--trusted-service-accounts = %q, want %q", args["trusted-service-accounts"], want)
+	}
+	if want := "ops,monitoring"; args["device-env-namespaces"] != want {
+		t.Errorf("--device-env-namespaces = %q, want %q", args["device-env-namespaces"], want)
 	}
 	if r.has("DaemonSet", devicePluginName) || r.has("ClusterRole", devicePluginName) || r.has("ServiceAccount", devicePluginName) {
 		t.Errorf("devicePlugin.enabled=false still renders device-plugin objects: %v", r.keys())
@@ -399,7 +418,8 @@ func TestWebhookDeployment(t *testing.T) {
 	}
 	flags := flagsOf(t, c.Args)
 	want := map[string]string{"listen": ":9443", "cert-dir": "/etc/cardinal/tls", "health-listen": ":8081", "metrics-listen": ":8080",
-		"scheduler-name": "cardinal-scheduler", "trusted-service-accounts": schedulerSA + "," + devicePluginSA}
+		"scheduler-name": "cardinal-scheduler", "trusted-service-accounts": schedulerSA + "," + devicePluginSA,
+		"device-env-namespaces": "gpu-operator"}
 	for k, v := range want {
 		if flags[k] != v {
 			t.Errorf("webhook --%s = %q, want %q", k, flags[k], v)

@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -50,6 +51,7 @@ import (
 const (
 	cardinalNS = "cardinal-system"
 	teamNS     = "team"
+	operatorNS = "gpu-operator" // allowed to set device variables (webhook.DefaultDeviceEnvNamespaces)
 	extenderSA = "system:serviceaccount:cardinal-system:extender"
 	timeout    = 60 * time.Second
 )
@@ -143,7 +145,8 @@ func startVerbose(t testing.TB, v int) *bed {
 	cfg := webhook.Config{
 		Listen: listen, CertDir: b.certDir, HealthListen: b.health, MetricsListen: b.metrics,
 		SchedulerName: "cardinal-scheduler", TrustedServiceAccounts: []string{extenderSA},
-		Resources: annotations.DefaultResourceNames(), Client: c.Client,
+		DeviceEnvNamespaces: webhook.DefaultDeviceEnvNamespaces(),
+		Resources:           annotations.DefaultResourceNames(), Client: c.Client,
 		Logger: testr.NewWithInterface(t, testr.Options{Verbosity: v}), Registry: b.reg,
 	}
 	go func() { b.stopped <- webhook.Run(ctx, cfg) }()
@@ -164,7 +167,7 @@ func startVerbose(t testing.TB, v int) *bed {
 	}
 	c.AddNode(t, cluster.NodeSpec{Name: "node-a", Annotations: map[string]string{annotations.GPUInventory: inv},
 		Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}})
-	for _, ns := range []string{cardinalNS, teamNS} {
+	for _, ns := range []string{cardinalNS, teamNS, operatorNS} {
 		if _, err := c.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -192,6 +195,13 @@ func startVerbose(t testing.TB, v int) *bed {
 	}
 	if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(context.Background(), whc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register the webhook: %v", err)
+	}
+	vwc, err := webhook.ValidatingWebhookConfiguration(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(context.Background(), vwc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("register the workload webhook: %v", err)
 	}
 	b.waitRegistered(t)
 	return b
@@ -445,13 +455,13 @@ func TestWebhookInRealAPIServer(t *testing.T) {
 		if err == nil || !bytes.Contains(out, []byte(wantAdd)) {
 			t.Errorf("kubectl annotate as alice: %v\n%s\nwant a refusal containing %s", err, out, wantAdd)
 		}
-		// Alice may annotate the GPU pod otherwise (the webhook is called and allows it).
+		// Alice may annotate the GPU pod otherwise, without a call to the webhook.
 		before := b.calls(t)
 		if err := patch(alice, `{"team":"vision"}`); err != nil {
 			t.Errorf("alice's own annotation: %v", err)
 		}
-		if n := b.calls(t) - before; n != 1 {
-			t.Errorf("webhook called %v times for alice's update, want 1", n)
+		if n := b.calls(t) - before; n != 0 {
+			t.Errorf("webhook called %v times for alice's update, want 0", n)
 		}
 		// The extender writes the assignment, without a call to the webhook.
 		before = b.calls(t)
@@ -467,6 +477,106 @@ func TestWebhookInRealAPIServer(t *testing.T) {
 		}
 		if err := patch(alice, `{"cardinal.io/gpu-assignment":"{}"}`); err == nil || !strings.Contains(err.Error(), `"alice" may not change it`) {
 			t.Errorf("alice changing the assignment: %v, want a refusal", err)
+		}
+	})
+
+	t.Run("pods/status does not bypass the internal-annotation rule", func(t *testing.T) {
+		alice, _ := b.client(t, "alice")
+		status := func(cs kubernetes.Interface, body string) error {
+			_, err := cs.CoreV1().Pods(teamNS).Patch(ctx, "gpu", types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status")
+			return err
+		}
+		// Alice rewrites the assignment and the allocation record through the status subresource.
+		for _, tc := range []struct{ key, body, verb string }{
+			{annotations.GPUAssignment, `{"metadata":{"annotations":{"cardinal.io/gpu-assignment":"{\"v\":1,\"node\":\"node-a\"}"}}}`, "change"},
+			{annotations.GPUAllocated, `{"metadata":{"annotations":{"cardinal.io/gpu-allocated":"{}"}}}`, "add"},
+		} {
+			want := fmt.Sprintf(`denied the request: metadata.annotations: %s is written only by Cardinal (its scheduler extender and device plugin); "alice" may not %s it`, tc.key, tc.verb)
+			if err := status(alice, tc.body); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("alice writing %s through pods/status: %v\nwant a refusal containing %s", tc.key, err, want)
+			}
+		}
+		got, err := pods.Get(ctx, "gpu", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Annotations[annotations.GPUAssignment] != `{"v":1}` {
+			t.Errorf("the assignment is now %q, want the extender's {\"v\":1}", got.Annotations[annotations.GPUAssignment])
+		}
+		if _, ok := got.Annotations[annotations.GPUAllocated]; ok {
+			t.Error("alice's allocation record was stored")
+		}
+		// A kubelet-like status update is not sent.
+		before := b.calls(t)
+		if err := status(alice, `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`); err != nil {
+			t.Errorf("a status update: %v", err)
+		}
+		if n := b.calls(t) - before; n != 0 {
+			t.Errorf("webhook called %v times for a status update, want 0", n)
+		}
+	})
+
+	t.Run("device variables are refused, GPU pod or not", func(t *testing.T) {
+		env := func(name string, ns string, vars ...string) *corev1.Pod {
+			p := pod(name, nil)
+			p.Namespace = ns
+			for _, v := range vars {
+				p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: v, Value: "all"})
+			}
+			return p
+		}
+		_, err := pods.Create(ctx, env("visible", teamNS, "NVIDIA_VISIBLE_DEVICES"), metav1.CreateOptions{})
+		want := `denied the request: container "main": env NVIDIA_VISIBLE_DEVICES: it chooses the cards the NVIDIA container runtime exposes; Cardinal's device plugin sets it to the cards it assigned; remove it`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("create: %v\nwant a refusal containing %s", err, want)
+		}
+		gpuMPS := env("mps", teamNS, "CUDA_MPS_PIPE_DIRECTORY")
+		gpuMPS.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+		_, err = pods.Create(ctx, gpuMPS, metav1.CreateOptions{})
+		if want := `container "main": env CUDA_MPS_PIPE_DIRECTORY: it configures NVIDIA MPS`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("create: %v\nwant a refusal containing %s", err, want)
+		}
+		// Neither sent nor refused: a variable that only narrows, and the GPU operator's namespace.
+		before := b.calls(t)
+		if _, err := pods.Create(ctx, env("narrow", teamNS, "CUDA_VISIBLE_DEVICES"), metav1.CreateOptions{}); err != nil {
+			t.Errorf("CUDA_VISIBLE_DEVICES: %v", err)
+		}
+		if _, err := admin.CoreV1().Pods(operatorNS).Create(ctx, env("dcgm", operatorNS, "NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"), metav1.CreateOptions{}); err != nil {
+			t.Errorf("the GPU operator's pod: %v", err)
+		}
+		if n := b.calls(t) - before; n != 0 {
+			t.Errorf("webhook called %v times, want 0", n)
+		}
+	})
+
+	t.Run("a Deployment with a bad selector is refused at create", func(t *testing.T) {
+		dep := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "train"},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "train"}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "train"}, Annotations: map[string]string{annotations.UseGPUType: "A100,"}},
+					Spec:       gpuPod("x").Spec,
+				},
+			},
+		}
+		deployments := admin.AppsV1().Deployments(teamNS)
+		_, err := deployments.Create(ctx, dep, metav1.CreateOptions{})
+		want := `admission webhook "workloads.webhook.cardinal.io" denied the request: spec.template: nvidia.com/use-gputype: empty entry at position 2 in "A100,"`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("create: %v\nwant a refusal containing %s", err, want)
+		}
+		// Fixed, it is admitted; scaling it is not sent (its template does not change).
+		dep.Spec.Template.Annotations[annotations.UseGPUType] = "A100"
+		if _, err := deployments.Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		before := b.calls(t)
+		if _, err := deployments.Patch(ctx, "train", types.MergePatchType, []byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("scale: %v", err)
+		}
+		if n := b.calls(t) - before; n != 0 {
+			t.Errorf("webhook called %v times for a scale, want 0", n)
 		}
 	})
 
@@ -508,6 +618,59 @@ func TestWebhookInRealAPIServer(t *testing.T) {
 			}
 		}
 	})
+
+	// Last: the webhook is unreachable (the configuration points at a closed port). Only what
+	// touches Cardinal's annotations, or creates GPU pods, waits on it.
+	t.Run("a webhook outage freezes no workload", func(t *testing.T) {
+		whc, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "cardinal-webhook", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := "https://" + freeAddr(t) + webhook.Path
+		whc.Webhooks[0].ClientConfig.URL = &dead
+		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, whc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cluster.WaitFor(t, timeout, "the apiserver to call the dead webhook", func() (bool, error) {
+			_, err := pods.Create(ctx, gpuPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err != nil && strings.Contains(err.Error(), "failed calling webhook"), nil
+		})
+		alice, _ := b.client(t, "alice")
+		alicePods := alice.CoreV1().Pods(teamNS)
+		merge := func(body string, sub ...string) error {
+			_, err := alicePods.Patch(ctx, "gpu", types.MergePatchType, []byte(body), metav1.PatchOptions{}, sub...)
+			return err
+		}
+		for _, tc := range []struct{ name, body, sub string }{
+			{"kubectl label", `{"metadata":{"labels":{"stage":"eval"}}}`, ""},
+			{"a finalizer added (Job controller)", `{"metadata":{"finalizers":["batch.kubernetes.io/job-tracking"]}}`, ""},
+			{"the finalizer removed", `{"metadata":{"finalizers":null}}`, ""},
+			{"adoption (an owner reference)", `{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"00000000-0000-0000-0000-000000000001"}]}}`, ""},
+			{"an unrelated annotation", `{"metadata":{"annotations":{"note":"x"}}}`, ""},
+			{"a kubelet-like status update", `{"status":{"conditions":[{"type":"Ready","status":"True"}]}}`, "status"},
+		} {
+			var sub []string
+			if tc.sub != "" {
+				sub = []string{tc.sub}
+			}
+			if err := merge(tc.body, sub...); err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+		}
+		for _, tc := range []struct{ name, body, sub string }{
+			{"the assignment changed", `{"metadata":{"annotations":{"cardinal.io/gpu-assignment":"{\"v\":2}"}}}`, ""},
+			{"the assignment changed through pods/status", `{"metadata":{"annotations":{"cardinal.io/gpu-assignment":"{\"v\":2}"}}}`, "status"},
+			{"a selector changed", `{"metadata":{"annotations":{"nvidia.com/use-gputype":"H100"}}}`, ""},
+		} {
+			var sub []string
+			if tc.sub != "" {
+				sub = []string{tc.sub}
+			}
+			if err := merge(tc.body, sub...); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+				t.Errorf("%s: %v, want a refusal (failurePolicy Fail)", tc.name, err)
+			}
+		}
+	})
 }
 
 // grantPodEditing lets users edit pods in teamNS, as a namespace admin could.
@@ -515,7 +678,7 @@ func grantPodEditing(t *testing.T, cs kubernetes.Interface, users ...string) {
 	t.Helper()
 	ctx := context.Background()
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-editor"}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"},
+		APIGroups: []string{""}, Resources: []string{"pods", "pods/status"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"},
 	}}}
 	if _, err := cs.RbacV1().Roles(teamNS).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
