@@ -73,6 +73,32 @@ func (r *ContainerRequest) Interchangeable(o *ContainerRequest) bool {
 // Containers that ask for no GPU are left out.
 type PodRequest struct {
 	Containers []ContainerRequest
+	// Guaranteed is true when the pod's QoS class is Guaranteed: the kubelet's static CPU manager
+	// then gives each container that asks for a whole number of CPUs that many CPUs of its own,
+	// and a TopologyManager policy aligns them with the container's cards.
+	Guaranteed bool
+	// CPUs lists, for a Guaranteed pod only, every container of the pod, GPU or not, in the
+	// kubelet's admission order (init containers, then app containers) with its CPU request.
+	CPUs []ContainerCPU
+}
+
+// ContainerCPU is one container's CPU request, as the kubelet's CPU manager reads it.
+type ContainerCPU struct {
+	Name string
+	// Init and Sidecar are as in ContainerRequest.
+	Init, Sidecar bool
+	// Milli is the CPU request in millicores (the limit where no request is given, as the API
+	// server defaults it).
+	Milli int64
+}
+
+// WholeCPUs is the number of CPUs the static CPU manager gives the container exclusively in a
+// Guaranteed pod: the request when it is a whole number of CPUs, else 0.
+func (c *ContainerCPU) WholeCPUs() int {
+	if c.Milli <= 0 || c.Milli%1000 != 0 {
+		return 0
+	}
+	return int(c.Milli / 1000)
 }
 
 // Empty reports whether the pod asks for no GPU.
@@ -102,7 +128,66 @@ func ParsePodRequest(pod *corev1.Pod, names ResourceNames) (PodRequest, error) {
 	for i := range pod.Spec.Containers {
 		add(&pod.Spec.Containers[i], false)
 	}
+	if req.Guaranteed = guaranteed(pod); req.Guaranteed && len(req.Containers) > 0 {
+		req.CPUs = make([]ContainerCPU, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+		for i := range pod.Spec.InitContainers {
+			c := &pod.Spec.InitContainers[i]
+			side := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+			req.CPUs = append(req.CPUs, ContainerCPU{Name: c.Name, Init: true, Sidecar: side, Milli: cpuRequest(c)})
+		}
+		for i := range pod.Spec.Containers {
+			c := &pod.Spec.Containers[i]
+			req.CPUs = append(req.CPUs, ContainerCPU{Name: c.Name, Milli: cpuRequest(c)})
+		}
+	}
 	return req, errors.Join(errs...)
+}
+
+// guaranteed reports whether the pod's QoS class is Guaranteed: the class the API server recorded
+// at creation, or where it recorded none (a pod not yet created), the rule of the API server's
+// GetPodQOS: every container has CPU and memory limits, and its requests, where given, equal them.
+// Pod-level resources are not considered.
+func guaranteed(pod *corev1.Pod) bool {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass == corev1.PodQOSGuaranteed
+	}
+	ok := func(c *corev1.Container) bool {
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			l, has := c.Resources.Limits[name]
+			if !has || l.IsZero() {
+				return false
+			}
+			if r, has := c.Resources.Requests[name]; has && r.Cmp(l) != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if len(pod.Spec.Containers) == 0 {
+		return false
+	}
+	for i := range pod.Spec.InitContainers {
+		if !ok(&pod.Spec.InitContainers[i]) {
+			return false
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if !ok(&pod.Spec.Containers[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// cpuRequest is the container's CPU request in millicores, the limit where no request is given.
+func cpuRequest(c *corev1.Container) int64 {
+	if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
+		return q.MilliValue()
+	}
+	if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		return q.MilliValue()
+	}
+	return 0
 }
 
 // HasManagedResource reports whether any container (init containers included) names any managed

@@ -496,3 +496,84 @@ func TestParseQuantity(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePodRequestCPUs(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	gpu := func(name, cpu string) corev1.Container {
+		return ctr(name, res("nvidia.com/gpu", "1", "cpu", cpu, "memory", "1Gi"), nil)
+	}
+	plain := func(name, cpu string) corev1.Container { return ctr(name, res("cpu", cpu, "memory", "1Gi"), nil) }
+	side := plain("proxy", "1")
+	side.RestartPolicy = &always
+	tests := []struct {
+		name     string
+		spec     corev1.PodSpec
+		qos      corev1.PodQOSClass
+		wantG    bool
+		wantCPUs []ContainerCPU
+	}{
+		{
+			name: "limits on CPU and memory everywhere: Guaranteed, every container listed in kubelet order",
+			spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{plain("fetch", "2"), side},
+				Containers:     []corev1.Container{gpu("train", "6"), plain("log", "500m")},
+			},
+			wantG: true,
+			wantCPUs: []ContainerCPU{{Name: "fetch", Init: true, Milli: 2000}, {Name: "proxy", Init: true, Sidecar: true, Milli: 1000},
+				{Name: "train", Milli: 6000}, {Name: "log", Milli: 500}},
+		},
+		{
+			name:  "a container without a memory limit: Burstable, no CPUs",
+			spec:  corev1.PodSpec{Containers: []corev1.Container{gpu("train", "6"), ctr("log", res("cpu", "1"), nil)}},
+			wantG: false,
+		},
+		{
+			name:  "a request below its limit: Burstable",
+			spec:  corev1.PodSpec{Containers: []corev1.Container{ctr("train", res("nvidia.com/gpu", "1", "cpu", "4", "memory", "1Gi"), res("cpu", "2"))}},
+			wantG: false,
+		},
+		{
+			name:     "the API server's QoS class wins over the spec",
+			spec:     corev1.PodSpec{Containers: []corev1.Container{ctr("train", res("nvidia.com/gpu", "1"), res("cpu", "3"))}},
+			qos:      corev1.PodQOSGuaranteed,
+			wantG:    true,
+			wantCPUs: []ContainerCPU{{Name: "train", Milli: 3000}},
+		},
+		{
+			name:  "recorded Burstable stays Burstable",
+			spec:  corev1.PodSpec{Containers: []corev1.Container{gpu("train", "6")}},
+			qos:   corev1.PodQOSBurstable,
+			wantG: false,
+		},
+		{
+			name:  "Guaranteed without GPU containers: nothing to align, no CPUs listed",
+			spec:  corev1.PodSpec{Containers: []corev1.Container{plain("web", "2")}},
+			wantG: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: tt.spec, Status: corev1.PodStatus{QOSClass: tt.qos}}
+			got, err := ParsePodRequest(pod, DefaultResourceNames())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Guaranteed != tt.wantG {
+				t.Errorf("Guaranteed = %v, want %v", got.Guaranteed, tt.wantG)
+			}
+			if diff := cmp.Diff(tt.wantCPUs, got.CPUs); diff != "" {
+				t.Errorf("CPUs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWholeCPUs(t *testing.T) {
+	// 6000m is 6 CPUs; 2500m is not whole (shared pool); 0 and negatives ask nothing.
+	for milli, want := range map[int64]int{6000: 6, 1000: 1, 2500: 0, 500: 0, 0: 0, -1000: 0} {
+		c := ContainerCPU{Milli: milli}
+		if got := c.WholeCPUs(); got != want {
+			t.Errorf("WholeCPUs(%dm) = %d, want %d", milli, got, want)
+		}
+	}
+}
