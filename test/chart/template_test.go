@@ -667,6 +667,15 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 		{"same resource twice", map[string]any{"resourceNames": map[string]any{"gpucores": "nvidia.com/gpu"}}, "every name must be different"},
 		{"zero shares", map[string]any{"devicePlugin": map[string]any{"shares": 0}}, "devicePlugin.shares must be at least 1"},
 		{"simulate without cards", map[string]any{"devicePlugin": map[string]any{"simulate": map[string]any{"enabled": true}}}, "simulate.config.nodes is empty"},
+		{"webhook.path", map[string]any{"webhook": map[string]any{"path": "/admit"}}, "webhook.path is no longer a value"},
+		{"a PDB that blocks drains", map[string]any{"webhook": map[string]any{"replicas": 1}},
+			"webhook.podDisruptionBudget.minAvailable: 1 with webhook.replicas 1 lets no webhook pod be evicted, which blocks every node drain"},
+		{"a PDB of 100%", map[string]any{"webhook": map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": "100%"}}},
+			"webhook.podDisruptionBudget.minAvailable: 100% with webhook.replicas 2"},
+		{"the scheduler as the default account", map[string]any{"scheduler": map[string]any{"serviceAccount": map[string]any{"create": false}}},
+			`scheduler.serviceAccount: with create=false and name "" the scheduler would run as the namespace's default ServiceAccount`},
+		{"the device plugin named default", map[string]any{"devicePlugin": map[string]any{"serviceAccount": map[string]any{"name": "default"}}},
+			`devicePlugin.serviceAccount: with create=true and name "default"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := renderErr(t, tc.values); !strings.Contains(got, tc.want) {
@@ -697,5 +706,23 @@ func TestHelmLint(t *testing.T) {
 				t.Errorf("helm lint:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestWebhookValuesThatRender: the combinations next to the refused ones that must still render.
+func TestWebhookValuesThatRender(t *testing.T) {
+	r := render(t, map[string]any{"webhook": map[string]any{"replicas": 1, "podDisruptionBudget": map[string]any{"enabled": false}}})
+	if r.has("PodDisruptionBudget", webhookName) {
+		t.Error("podDisruptionBudget.enabled=false still renders the budget")
+	}
+	r = render(t, map[string]any{"webhook": map[string]any{"replicas": 3, "podDisruptionBudget": map[string]any{"minAvailable": 2}}})
+	if got := get[*policyv1.PodDisruptionBudget](t, r, webhookName).Spec.MinAvailable.IntValue(); got != 2 {
+		t.Errorf("minAvailable = %d, want 2", got)
+	}
+	// An account the user names and manages is the one the scheduler runs as, and trusted as such.
+	r = render(t, map[string]any{"scheduler": map[string]any{"serviceAccount": map[string]any{"create": false, "name": "sched"}}})
+	args := flagsOf(t, container(t, get[*appsv1.Deployment](t, r, webhookName).Spec.Template.Spec, "webhook").Args)
+	if want := "system:serviceaccount:" + namespace + ":sched," + devicePluginSA; args["trusted-service-accounts"] != want {
+		t.Errorf("--trusted-service-accounts = %q, want %q", args["trusted-service-accounts"], want)
 	}
 }
