@@ -111,7 +111,7 @@ func gpuPod(name string, ann map[string]string, cs ...ctr) *corev1.Pod {
 
 // harness is a Server over a fake clientset, its cache fed directly (as the informers would).
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *Server
 	cache    *Cache
 	client   *fake.Clientset
@@ -131,7 +131,7 @@ type harnessOptions struct {
 	bindWait time.Duration
 }
 
-func newHarness(t *testing.T, o harnessOptions, objs ...runtime.Object) *harness {
+func newHarness(t testing.TB, o harnessOptions, objs ...runtime.Object) *harness {
 	t.Helper()
 	if o.nodePolicy == "" {
 		o.nodePolicy = annotations.PolicyBinpack

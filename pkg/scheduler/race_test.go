@@ -1,8 +1,10 @@
 package scheduler
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -47,16 +49,38 @@ func TestConcurrentBindsNeverOverCommit(t *testing.T) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	results := make([]extenderv1.ExtenderBindingResult, pods)
+	failures := make([]string, pods)
 	for i := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i] = decodeInto[extenderv1.ExtenderBindingResult](t, h.post("/bind", bindArgs{PodName: all[i].Name, PodNamespace: "default", PodUID: all[i].UID, Node: targets[i]}))
+			// No t.Fatal off the test's goroutine: record what went wrong, report it below.
+			body, err := json.Marshal(bindArgs{PodName: all[i].Name, PodNamespace: "default", PodUID: all[i].UID, Node: targets[i]})
+			if err != nil {
+				failures[i] = err.Error()
+				return
+			}
+			w := h.postRaw("/bind", body)
+			if w.Code != http.StatusOK {
+				failures[i] = fmt.Sprintf("status %d: %s", w.Code, w.Body.String())
+				return
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &results[i]); err != nil {
+				failures[i] = err.Error()
+			}
 		}()
 	}
 	close(start)
 	wg.Wait()
+	for i, f := range failures {
+		if f != "" {
+			t.Errorf("bind %s: %s", all[i].Name, f)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 
 	list, err := h.client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
 	if err != nil {
