@@ -77,7 +77,15 @@ type KubeletSpec struct {
 	// ReservedCPUs is the kubelet's reservedSystemCPUs, a CPU list such as "0" or "0,8": CPUs
 	// the static policy never hands out exclusively.
 	ReservedCPUs string
+	// MemoryManagerPolicy is None or Static; "" keeps the kubelet's default (None). For Static,
+	// unless Config sets systemReserved or reservedMemory, the harness reserves
+	// staticMemoryReserve of NUMA node 0 (the kubelet refuses Static without a reservation).
+	MemoryManagerPolicy string
 }
+
+// staticMemoryReserve is the memory the harness reserves on NUMA node 0 for the Static memory
+// manager when the spec does not say.
+const staticMemoryReserve = "64Mi"
 
 // resourceManagerConfig is the KubeletConfiguration of spec's typed resource-manager fields.
 func (spec KubeletSpec) resourceManagerConfig() (map[string]any, error) {
@@ -87,10 +95,19 @@ func (spec KubeletSpec) resourceManagerConfig() (map[string]any, error) {
 		"topologyManagerScope":  spec.TopologyManagerScope,
 		"cpuManagerPolicy":      spec.CPUManagerPolicy,
 		"reservedSystemCPUs":    spec.ReservedCPUs,
+		"memoryManagerPolicy":   spec.MemoryManagerPolicy,
 	} {
 		if v != "" {
 			cfg[key] = v
 		}
+	}
+	_, sysReserved := spec.Config["systemReserved"]
+	_, numaReserved := spec.Config["reservedMemory"]
+	if spec.MemoryManagerPolicy == "Static" && !sysReserved && !numaReserved {
+		// The reservations must add up: systemReserved + kubeReserved + the hard eviction
+		// threshold (0 here) = the sum of reservedMemory.
+		cfg["systemReserved"] = map[string]any{"memory": staticMemoryReserve}
+		cfg["reservedMemory"] = []any{map[string]any{"numaNode": 0, "limits": map[string]any{"memory": staticMemoryReserve}}}
 	}
 	if spec.CPUManagerPolicy == "static" && spec.ReservedCPUs == "" && !reservesCPU(spec.Config) {
 		return nil, errors.New("cpuManagerPolicy static needs ReservedCPUs (or a cpu reservation in systemReserved or kubeReserved): the kubelet refuses to start without")

@@ -12,8 +12,8 @@ import (
 // max-allowable-numa-nodes option defaults to 8).
 const maxNUMANodes = 8
 
-// defaultMemoryMiBPerNUMA is a NUMA node's MemTotal when Machine leaves it out.
-const defaultMemoryMiBPerNUMA = 4096
+// fallbackMemoryMiB is the machine's memory when the host's MemTotal cannot be read.
+const fallbackMemoryMiB = 8192
 
 // Machine is the hardware shape a kubelet sees. The harness writes it as a synthetic sysfs and
 // procfs — /sys/devices/system/node, /sys/devices/system/cpu and /proc/cpuinfo, what cadvisor
@@ -37,8 +37,9 @@ type Machine struct {
 	// NUMAPerSocket is how many NUMA nodes share a socket; 0 means 1 (one socket per NUMA node).
 	// It must divide NUMANodes.
 	NUMAPerSocket int
-	// MemoryMiBPerNUMA is each NUMA node's MemTotal (node*/meminfo); 0 means 4096. Only the
-	// memory manager reads it: the node's memory capacity stays the host's (/proc/meminfo).
+	// MemoryMiBPerNUMA is each NUMA node's MemTotal (node*/meminfo), what the memory manager
+	// hands out per NUMA node; 0 means the host's MemTotal split evenly, so that the NUMA nodes
+	// add up to the node's memory capacity, which stays the host's (/proc/meminfo is not shadowed).
 	MemoryMiBPerNUMA int
 }
 
@@ -50,15 +51,37 @@ func (m Machine) withDefaults() Machine {
 	if m.NUMAPerSocket == 0 {
 		m.NUMAPerSocket = 1
 	}
-	if m.MemoryMiBPerNUMA == 0 {
-		m.MemoryMiBPerNUMA = defaultMemoryMiBPerNUMA
+	if m.MemoryMiBPerNUMA == 0 && m.NUMANodes > 0 {
+		m.MemoryMiBPerNUMA = max(hostMemoryMiB()/m.NUMANodes, 1)
 	}
 	return m
 }
 
+// hostMemoryMiB is the host's MemTotal in MiB, as the kubelet reads it from /proc/meminfo.
+func hostMemoryMiB() int {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return fallbackMemoryMiB
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			if kib, err := strconv.Atoi(f[1]); err == nil {
+				return kib / 1024
+			}
+		}
+	}
+	return fallbackMemoryMiB
+}
+
 // validate reports what makes m impossible.
 func (m Machine) validate() error {
-	m = m.withDefaults()
+	if m.ThreadsPerCore == 0 {
+		m.ThreadsPerCore = 1
+	}
+	if m.NUMAPerSocket == 0 {
+		m.NUMAPerSocket = 1
+	}
 	switch {
 	case m.NUMANodes < 1 || m.NUMANodes > maxNUMANodes:
 		return fmt.Errorf("machine: %d NUMA nodes, want 1 to %d", m.NUMANodes, maxNUMANodes)
@@ -68,8 +91,8 @@ func (m Machine) validate() error {
 		return fmt.Errorf("machine: %d CPUs per NUMA node, want a positive multiple of %d threads per core", m.CPUsPerNUMA, m.ThreadsPerCore)
 	case m.NUMAPerSocket < 1 || m.NUMANodes%m.NUMAPerSocket != 0:
 		return fmt.Errorf("machine: %d NUMA nodes per socket does not divide %d NUMA nodes", m.NUMAPerSocket, m.NUMANodes)
-	case m.MemoryMiBPerNUMA < 1:
-		return fmt.Errorf("machine: %d MiB per NUMA node, want at least 1", m.MemoryMiBPerNUMA)
+	case m.MemoryMiBPerNUMA < 0:
+		return fmt.Errorf("machine: %d MiB per NUMA node, want 0 (the host's split evenly) or more", m.MemoryMiBPerNUMA)
 	}
 	return nil
 }
@@ -90,12 +113,10 @@ func (m Machine) CPUsOf(numa int) []int {
 }
 
 // SocketOf is the socket (physical package) that holds cpu.
-func (m Machine) SocketOf(cpu int) int {
-	return m.NUMANodeOf(cpu) / m.withDefaults().NUMAPerSocket
-}
+func (m Machine) SocketOf(cpu int) int { return m.NUMANodeOf(cpu) / max(m.NUMAPerSocket, 1) }
 
 // CoreOf is the core (core_id, unique machine-wide) that holds cpu.
-func (m Machine) CoreOf(cpu int) int { return cpu / m.withDefaults().ThreadsPerCore }
+func (m Machine) CoreOf(cpu int) int { return cpu / max(m.ThreadsPerCore, 1) }
 
 // machineMount is a bind mount of a synthetic file or folder over the real one.
 type machineMount struct{ source, target string }

@@ -43,6 +43,9 @@ func TestMachineValidate(t *testing.T) {
 			t.Errorf("%+v: validate() = nil, want an error", m)
 		}
 	}
+	if got, want := (Machine{NUMANodes: 2, CPUsPerNUMA: 1}).withDefaults().MemoryMiBPerNUMA, hostMemoryMiB()/2; got != want || want < 1 {
+		t.Errorf("default MiB per NUMA node = %d, want the host's %d MiB split in 2 = %d", got, hostMemoryMiB(), want)
+	}
 	if err := (Machine{NUMANodes: 4, CPUsPerNUMA: 4, ThreadsPerCore: 2, NUMAPerSocket: 2}).validate(); err != nil {
 		t.Errorf("4x4 SMT2 2 NUMA per socket: %v", err)
 	}
@@ -60,7 +63,7 @@ func readMachineFile(t *testing.T, dir, name string) string {
 
 func TestWriteMachineTwoNUMAByEight(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "machine")
-	mounts, err := writeMachine(Machine{NUMANodes: 2, CPUsPerNUMA: 8}, dir)
+	mounts, err := writeMachine(Machine{NUMANodes: 2, CPUsPerNUMA: 8, MemoryMiBPerNUMA: 4096}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -259,50 +259,105 @@ func TestKubeletNUMATopology(t *testing.T) {
 		}
 		t.Logf("gpu-and-cpus: CPUs %v, devices %v", cpus, devices)
 	})
+
+	t.Run("restart keeps the topology and the assignments", func(t *testing.T) {
+		before := exclusiveCPUs(t, k, pr, "four-cpus", "c0", 4)
+		// The static policy checks its checkpoint against the CPUs it discovers: a kubelet that
+		// came back without the synthetic topology would refuse to start.
+		k.Restart(t)
+		var after []int64
+		WaitFor(t, waitTimeout, "four-cpus in pod-resources after the restart", func() (bool, error) {
+			resp, err := pr.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+			if err != nil {
+				return false, nil // the new socket may not answer yet
+			}
+			for _, p := range resp.PodResources {
+				if p.Name == "four-cpus" && len(p.Containers) == 1 {
+					after = slices.Sorted(slices.Values(p.Containers[0].CpuIds))
+					return len(after) > 0, nil
+				}
+			}
+			return false, nil
+		})
+		if !slices.Equal(before, after) {
+			t.Errorf("four-cpus holds CPUs %v after the restart, %v before", after, before)
+		}
+	})
 }
 
-// TestKubeletNUMAPodScope runs a real kubelet on a synthetic 4 NUMA × 4 CPU machine with two
-// threads per core and two NUMA nodes per socket, the static CPU manager (one full core
-// reserved) and the restricted topology manager in pod scope.
-func TestKubeletNUMAPodScope(t *testing.T) {
+// TestKubeletNUMAMemoryManager runs a real kubelet on a synthetic 2 NUMA × 4 CPU machine with
+// 512 MiB per NUMA node, the static CPU and memory managers and single-numa-node.
+func TestKubeletNUMAMemoryManager(t *testing.T) {
 	t.Parallel()
 	c := Start(t, Options{SchedulerConfig: []byte(defaultSchedulerConfig)})
 	k := c.AddKubelet(t, KubeletSpec{
-		Name:                  "numa-4x4-smt",
-		Machine:               &Machine{NUMANodes: 4, CPUsPerNUMA: 4, ThreadsPerCore: 2, NUMAPerSocket: 2},
-		TopologyManagerPolicy: "restricted",
-		TopologyManagerScope:  "pod",
+		Name:                  "numa-2x4-mem",
+		Machine:               &Machine{NUMANodes: 2, CPUsPerNUMA: 4, MemoryMiBPerNUMA: 512},
+		TopologyManagerPolicy: "single-numa-node",
 		CPUManagerPolicy:      "static",
-		ReservedCPUs:          "0-1", // core 0
+		ReservedCPUs:          "0",
+		MemoryManagerPolicy:   "Static", // the harness reserves 64Mi of NUMA node 0
 	})
 	m := k.Machine
 	pr := k.PodResources(t)
 
-	t.Run("pod scope puts all containers on one NUMA node, full cores each", func(t *testing.T) {
-		// 2 + 2 CPUs. NUMA 0 has 2 free (2-3), NUMA 1-3 have 4. In container scope c0 would take
-		// NUMA 0's 2-3 and c1 go to NUMA 1; in pod scope the pod's 4 go together to NUMA 1.
-		createPod(t, c, guaranteedPod("pair", k.Name, containerAsk{cpus: 2}, containerAsk{cpus: 2}))
-		waitPodRunning(t, c, "pair")
-		var all []int64
-		for _, container := range []string{"c0", "c1"} {
-			cpus := exclusiveCPUs(t, k, pr, "pair", container, 2)
-			if m.CoreOf(int(cpus[0])) != m.CoreOf(int(cpus[1])) {
-				t.Errorf("pair/%s holds CPUs %v of two cores, want the two threads of one core", container, cpus)
-			}
-			all = append(all, cpus...)
+	memPod := func(name string, cpus int, mem string) *corev1.Pod {
+		pod := guaranteedPod(name, k.Name, containerAsk{cpus: cpus})
+		pod.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse(mem)
+		pod.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse(mem)
+		return pod
+	}
+
+	t.Run("memory larger than any NUMA node is refused", func(t *testing.T) {
+		// 768Mi: the node has GiBs (the host's), but NUMA node 0 offers 448Mi (512 - 64 reserved)
+		// and NUMA node 1 512Mi. The memory manager's only hint spans both; single-numa-node
+		// drops it.
+		createPod(t, c, memPod("too-much-mem", 1, "768Mi"))
+		waitPodRejected(t, c, "too-much-mem", "TopologyAffinityError")
+	})
+
+	t.Run("CPUs and memory from one NUMA node", func(t *testing.T) {
+		createPod(t, c, memPod("cpu-and-mem", 2, "256Mi"))
+		waitPodRunning(t, c, "cpu-and-mem")
+		cpus := exclusiveCPUs(t, k, pr, "cpu-and-mem", "c0", 2)
+		nodes := numaNodesOf(m, cpus)
+		if len(nodes) != 1 {
+			t.Fatalf("cpu-and-mem holds CPUs %v on NUMA nodes %v, want one", cpus, nodes)
 		}
-		if nodes := numaNodesOf(m, all); !slices.Equal(nodes, []int{1}) {
-			t.Errorf("pair holds CPUs %v on NUMA nodes %v, want all on NUMA node 1", all, nodes)
+		var memNUMA []int64
+		for _, mem := range containerResources(t, pr, "cpu-and-mem", "c0").Memory {
+			if mem.MemoryType == string(corev1.ResourceMemory) {
+				for _, n := range mem.GetTopology().GetNodes() {
+					memNUMA = append(memNUMA, n.ID)
+				}
+			}
+		}
+		if want := []int64{int64(nodes[0])}; !slices.Equal(memNUMA, want) {
+			t.Errorf("cpu-and-mem memory on NUMA nodes %v, want %v (its CPUs' node)", memNUMA, want)
+		}
+		rs := k.Runtime.RuntimeService
+		rs.Lock()
+		var mems string
+		for _, ctr := range rs.Containers {
+			if ctr.Labels["io.kubernetes.pod.name"] == "cpu-and-mem" {
+				mems = ctr.LinuxResources.GetCpusetMems()
+			}
+		}
+		rs.Unlock()
+		if want := strconv.Itoa(nodes[0]); mems != want {
+			t.Errorf("runtime got cpuset.mems %q, want %q", mems, want)
 		}
 	})
 
-	t.Run("restricted admits a pod on the fewest NUMA nodes it needs", func(t *testing.T) {
-		// 6 CPUs need two NUMA nodes of 4; restricted (unlike single-numa-node) admits it there.
-		createPod(t, c, guaranteedPod("six", k.Name, containerAsk{cpus: 6}))
-		waitPodRunning(t, c, "six")
-		cpus := exclusiveCPUs(t, k, pr, "six", "c0", 6)
-		if nodes := numaNodesOf(m, cpus); len(nodes) != 2 || slices.Contains(nodes, 1) {
-			t.Errorf("six holds CPUs %v on NUMA nodes %v, want two NUMA nodes other than the full NUMA node 1", cpus, nodes)
+	t.Run("with a NUMA node in single-NUMA use, too much memory fails in Allocate instead", func(t *testing.T) {
+		// Kubelet 1.34's memory manager never spans a NUMA node that already holds a
+		// single-NUMA allocation, so it now offers no hint at all (an empty map, read as "no
+		// preference"); the CPU hint wins, and the memory manager's Allocate then fails: the pod is
+		// refused with UnexpectedAdmissionError, not TopologyAffinityError.
+		createPod(t, c, memPod("too-much-mem-2", 1, "768Mi"))
+		pod := waitPodRejected(t, c, "too-much-mem-2", "UnexpectedAdmissionError")
+		if !strings.Contains(pod.Status.Message, "memorymanager") {
+			t.Errorf("too-much-mem-2 refused with %q, want the memory manager's Allocate error", pod.Status.Message)
 		}
 	})
 }
