@@ -199,9 +199,10 @@ func TestFragAwareSeesHostThroughHandler(t *testing.T) {
 		known  bool
 		want   extenderv1.HostPriorityList
 	}{
-		{"frag-aware", annotations.PolicyFragAware, true, extenderv1.HostPriorityList{{Host: "n1", Score: 0}, {Host: "n2", Score: 5}}},
-		{"frag-aware, CPU unknown", annotations.PolicyFragAware, false, extenderv1.HostPriorityList{{Host: "n1", Score: 5}, {Host: "n2", Score: 5}}},
-		{"binpack", annotations.PolicyBinpack, true, extenderv1.HostPriorityList{{Host: "n1", Score: 5}, {Host: "n2", Score: 5}}},
+		// Answers are ranks (core.Rank): the better node 10, the other 9; equal scores share 10.
+		{"frag-aware", annotations.PolicyFragAware, true, extenderv1.HostPriorityList{{Host: "n1", Score: 9}, {Host: "n2", Score: 10}}},
+		{"frag-aware, CPU unknown", annotations.PolicyFragAware, false, extenderv1.HostPriorityList{{Host: "n1", Score: 10}, {Host: "n2", Score: 10}}},
+		{"binpack", annotations.PolicyBinpack, true, extenderv1.HostPriorityList{{Host: "n1", Score: 10}, {Host: "n2", Score: 10}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

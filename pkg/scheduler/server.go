@@ -315,7 +315,8 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	return res
 }
 
-// Prioritize scores the named nodes 0..10 by the pod's node policy.
+// Prioritize scores the named nodes 0..10 by the pod's node policy: the rank of each node's score
+// among the named nodes (core.Rank), 10 for the best.
 func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.HostPriorityList {
 	names := argNames(args)
 	out := make(extenderv1.HostPriorityList, len(names))
@@ -342,9 +343,10 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 	}
 	var missing []string
 	var at []int
+	scores := make([]float64, len(names))
 	for i, n := range names {
 		if ok[i] {
-			out[i].Score = core.ExtenderScore(known[i].Score)
+			scores[i] = known[i].Score
 			continue
 		}
 		missing = append(missing, n)
@@ -352,10 +354,16 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 	}
 	if len(missing) > 0 {
 		for j, v := range s.cache.Evaluate(args.Pod.UID, p, missing, nil) {
-			if v.Reason == nil {
-				out[at[j]].Score = core.ExtenderScore(v.Score)
-			}
+			scores[at[j]], ok[at[j]] = v.Score, v.Reason == nil
 		}
+	}
+	// The policy's order over these candidates, not its rounded scores: kube-scheduler adds the
+	// answer (× weight × 10) to its own scores, and rounding 5.02 and 5.38 both to 5 would leave
+	// the policy's choice to them (see core.Rank and the chart's profile).
+	ranks := make([]int64, len(names))
+	core.Rank(scores, ok, ranks)
+	for i := range out {
+		out[i].Score = ranks[i]
 	}
 	s.metrics.requests.WithLabelValues("prioritize", "ok").Inc()
 	return &out

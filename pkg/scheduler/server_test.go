@@ -141,8 +141,9 @@ func TestPrioritizeByNodePolicy(t *testing.T) {
 		policy annotations.Policy
 		want   extenderv1.HostPriorityList
 	}{
-		{annotations.PolicyBinpack, extenderv1.HostPriorityList{{Host: "n-busy", Score: 8}, {Host: "n-idle", Score: 3}}}, // round(7.5), round(2.5)
-		{annotations.PolicySpread, extenderv1.HostPriorityList{{Host: "n-busy", Score: 3}, {Host: "n-idle", Score: 8}}},  // round(10-7.5), round(10-2.5)
+		// Policy scores 7.5 and 2.5 (10-7.5, 10-2.5 for spread); the answer is their rank: 10 for the best, 9 next.
+		{annotations.PolicyBinpack, extenderv1.HostPriorityList{{Host: "n-busy", Score: 10}, {Host: "n-idle", Score: 9}}},
+		{annotations.PolicySpread, extenderv1.HostPriorityList{{Host: "n-busy", Score: 9}, {Host: "n-idle", Score: 10}}},
 	}
 	for _, c := range cases {
 		t.Run(string(c.policy), func(t *testing.T) {
