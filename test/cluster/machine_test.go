@@ -145,3 +145,50 @@ func TestWriteMachineFourNUMAByFourWithSMT(t *testing.T) {
 		t.Errorf("CPUsOf(3) (-want +got):\n%s", diff)
 	}
 }
+
+func TestKubeletSpecResourceManagerConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		spec    KubeletSpec
+		want    map[string]any
+		wantErr bool
+	}{
+		{name: "nothing set keeps the kubelet's defaults", want: map[string]any{}},
+		{
+			name: "typed fields",
+			spec: KubeletSpec{TopologyManagerPolicy: "single-numa-node", TopologyManagerScope: "pod", CPUManagerPolicy: "static", ReservedCPUs: "0"},
+			want: map[string]any{"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod", "cpuManagerPolicy": "static", "reservedSystemCPUs": "0"},
+		},
+		{
+			name: "static memory manager gets a reservation on NUMA node 0",
+			spec: KubeletSpec{MemoryManagerPolicy: "Static"},
+			want: map[string]any{
+				"memoryManagerPolicy": "Static",
+				"systemReserved":      map[string]any{"memory": "64Mi"},
+				"reservedMemory":      []any{map[string]any{"numaNode": 0, "limits": map[string]any{"memory": "64Mi"}}},
+			},
+		},
+		{
+			name: "static memory manager with the caller's reservation",
+			spec: KubeletSpec{MemoryManagerPolicy: "Static", Config: map[string]any{"reservedMemory": []any{}}},
+			want: map[string]any{"memoryManagerPolicy": "Static"},
+		},
+		{
+			name: "static CPU manager with a cpu reservation in Config",
+			spec: KubeletSpec{CPUManagerPolicy: "static", Config: map[string]any{"kubeReserved": map[string]any{"cpu": "1"}}},
+			want: map[string]any{"cpuManagerPolicy": "static"},
+		},
+		{name: "static CPU manager without reserved CPUs", spec: KubeletSpec{CPUManagerPolicy: "static"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.spec.resourceManagerConfig()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error: %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); !tt.wantErr && diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
