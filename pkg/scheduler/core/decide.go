@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core/topology"
 )
 
 // Options configure a Decider: the policies used when a pod names none.
@@ -48,6 +49,13 @@ type Pod struct {
 	card      CardStrategy
 	rules     string // the card rules of Selector, as a person writes them (long lists cut)
 	uuids     *uuidRules
+	// kubelet is the pod as the kubelet's TopologyManager admits it (every container with cards or
+	// exclusive CPUs, in admission order); kubeletGPU maps its containers to Request.Containers
+	// (-1: no cards).
+	kubelet    topology.Request
+	kubeletGPU []int
+	// handsOn: an init container hands its cards on to a later GPU container.
+	handsOn bool
 }
 
 // uuidRules are a selector's UUID lists as sets, for lists long enough that a scan per card would
@@ -110,6 +118,12 @@ func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) 
 	if sel.GPUPolicy != "" {
 		p.GPUPolicy = sel.GPUPolicy
 	}
+	p.kubelet, p.kubeletGPU = kubeletRequest(&p.Request)
+	for i := range req.Containers {
+		if c := &req.Containers[i]; c.Init && !c.Sidecar && i+1 < len(req.Containers) {
+			p.handsOn = true
+		}
+	}
 	var err error
 	if p.nodeScore, err = lookup(nodeStrategies, p.NodePolicy, "node"); err != nil {
 		return nil, fmt.Errorf("%s: %w", annotations.NodePolicy, err)
@@ -118,6 +132,43 @@ func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) 
 		return nil, fmt.Errorf("%s: %w", annotations.GPUPolicy, err)
 	}
 	return p, nil
+}
+
+// kubeletRequest is the pod as the kubelet's TopologyManager sees it: its GPU containers and, in a
+// Guaranteed pod (req.CPUs), every container with a whole number of CPUs, in admission order; and
+// for each of them its index in req.Containers (-1 when it has no cards). When req.CPUs does not
+// list the GPU containers in their order, the GPU containers alone are used.
+func kubeletRequest(req *annotations.PodRequest) (topology.Request, []int) {
+	r := topology.Request{Guaranteed: req.Guaranteed}
+	gpu := make([]int, 0, len(req.Containers))
+	next := 0
+	for i := range req.CPUs {
+		c := &req.CPUs[i]
+		gi, devices := -1, 0
+		if next < len(req.Containers) && req.Containers[next].Name == c.Name {
+			gi, devices = next, req.Containers[next].Count
+			next++
+		}
+		cpus := 0
+		if req.Guaranteed {
+			cpus = c.WholeCPUs()
+		}
+		if devices == 0 && cpus == 0 {
+			continue
+		}
+		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: devices, CPUs: cpus})
+		gpu = append(gpu, gi)
+	}
+	if next == len(req.Containers) && len(req.CPUs) > 0 {
+		return r, gpu
+	}
+	r.Containers, gpu = r.Containers[:0], gpu[:0]
+	for i := range req.Containers {
+		c := &req.Containers[i]
+		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: c.Count})
+		gpu = append(gpu, i)
+	}
+	return r, gpu
 }
 
 // PrepareHost is Prepare for a pod that also requests host CPU (millicores) and memory (MiB), as
@@ -260,6 +311,19 @@ type fit struct {
 	ids    []int // backing store of the containers' device indexes
 	in     CardInput
 	plan0  Plan
+	// The cards the pod's selector accepts (match), of them the healthy ones (healthy), and an
+	// unhealthy one's UUID.
+	match, healthy int
+	unhealthyUUID  string
+	// prefer is a NUMA node the cards should go to when they can (-1: none); see retryNUMA.
+	prefer int
+	// allow, when not nil, limits the cards pickNew may choose (the kubelet's pool).
+	allow []bool
+	// The kubelet model's inputs and the first reason a container cannot take what the kubelet
+	// gives it (fitKubelet).
+	kdevs   []topology.Device
+	kreason *Reason
+	kids    []string
 }
 
 type numaGroup struct {
@@ -280,9 +344,9 @@ func (p *Pod) Fit(n *NodeState, mix *TaskMix) (*Plan, *Reason) {
 func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	f := &s.f
 	f.pod, f.node, f.mix = p, n, mix
-	f.plan0.Containers, f.plan0.Devices = f.plan0.Containers[:0], f.plan0.Devices[:0]
 	f.plan0.Host = p.Host
 	f.plan = &f.plan0
+	f.allow = nil
 	if !n.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, HostRequest{}) {
 		return nil, &Reason{Kind: ReasonHost, HostNeed: p.Host, HostFree: HostRequest{CPUMilli: n.Host.FreeCPUMilli(), MemMiB: n.Host.FreeMemMiB()},
 			HostAlloc: HostRequest{CPUMilli: n.Host.AllocCPUMilli, MemMiB: n.Host.AllocMemMiB}}
@@ -293,26 +357,42 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	for i := range p.Request.Containers {
 		total += p.Request.Containers[i].Count
 	}
-	f.ids = resize(f.ids, total)[:0]
-	f.pool = f.pool[:0]
-	match, healthy, unhealthyUUID := 0, 0, ""
+	f.ids = resize(f.ids, total)
+	f.match, f.healthy, f.unhealthyUUID = 0, 0, ""
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		if !s.accepts(p, c) {
 			continue
 		}
-		match++
+		f.match++
 		if !c.Healthy {
-			unhealthyUUID = c.UUID
+			f.unhealthyUUID = c.UUID
 			continue
 		}
-		healthy++
+		f.healthy++
 		f.ok[i] = true
 	}
+	if n.kubelet != nil {
+		return f.fitKubelet()
+	}
+	plan, r := f.place(-1)
+	if r != nil && p.handsOn && p.Selector.NUMABind && r.Kind == ReasonNUMA {
+		if plan, ok := f.retryNUMA(); ok {
+			return plan, nil
+		}
+		// The last try changed the buffers; the reason is the first try's, which it owns.
+	}
+	return plan, r
+}
+
+// place places every GPU container in order, the cards going to NUMA node prefer when they can.
+func (f *fit) place(prefer int) (*Plan, *Reason) {
+	p := f.pod
+	f.start(prefer)
 	for ci := range p.Request.Containers {
 		c := &p.Request.Containers[ci]
-		if healthy < c.Count {
-			return nil, f.reason(c, f.countReason(c, match, healthy, unhealthyUUID))
+		if f.healthy < c.Count {
+			return nil, f.reason(c, f.countReason(c, f.match, f.healthy, f.unhealthyUUID))
 		}
 		// This container's device indexes: at most c.Count entries of the backing store.
 		at := len(f.ids)
@@ -322,19 +402,58 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 			return nil, f.reason(c, r)
 		}
 		reused := len(mine)
-		mine, r = f.pickNew(c, mine, healthy)
+		mine, r = f.pickNew(c, mine, f.healthy)
 		if r != nil {
 			return nil, f.reason(c, r)
 		}
-		f.ids = f.ids[:at+len(mine)]
-		f.plan.Containers = append(f.plan.Containers, ContainerPlan{Name: c.Name, Init: c.Init, Devices: mine})
-		if c.Init && !c.Sidecar {
-			f.pool = append(f.pool, mine[reused:]...)
-		} else {
-			f.pool = slices.DeleteFunc(f.pool, func(di int) bool { return slices.Contains(mine[:reused], di) })
-		}
+		f.placed(c, mine, reused)
 	}
 	return f.plan, nil
+}
+
+// start empties the plan and what this pod holds, for a new try.
+func (f *fit) start(prefer int) {
+	f.plan0.Containers, f.plan0.Devices = f.plan0.Containers[:0], f.plan0.Devices[:0]
+	clear(f.extra)
+	f.ids = f.ids[:0]
+	f.pool = f.pool[:0]
+	f.prefer = prefer
+}
+
+// placed records container c's devices (mine, the first reused of them handed on by init
+// containers) in the plan, and what it hands on: an init container (not a sidecar) hands on all
+// of its devices; a container that reuses devices takes them out of the pool.
+func (f *fit) placed(c *annotations.ContainerRequest, mine []int, reused int) {
+	f.ids = f.ids[:len(f.ids)+len(mine)]
+	f.plan.Containers = append(f.plan.Containers, ContainerPlan{Name: c.Name, Init: c.Init, Devices: mine})
+	if c.Init && !c.Sidecar {
+		f.pool = append(f.pool, mine[reused:]...)
+	} else {
+		f.pool = slices.DeleteFunc(f.pool, func(di int) bool { return slices.Contains(mine[:reused], di) })
+	}
+}
+
+// retryNUMA places a numa-bind pod whose init containers hand cards on again, once per NUMA node
+// (ascending) with every container's cards preferring that NUMA node: placing the init container
+// first on its own could pick a NUMA node where a later container that reuses its cards does not
+// fit (NUMA 0 with 2 free cards, NUMA 1 with 4: init 1 card, app 3 cards fits only on NUMA 1).
+func (f *fit) retryNUMA() (*Plan, bool) {
+	var tried topology.Mask
+	for {
+		numa := -1
+		for i := range f.node.Cards {
+			if u := f.node.Cards[i].NUMA; f.ok[i] && u >= 0 && !tried.Has(u) && (numa < 0 || u < numa) {
+				numa = u
+			}
+		}
+		if numa < 0 || numa > 63 {
+			return nil, false
+		}
+		tried |= topology.MaskOf(numa)
+		if plan, r := f.place(numa); r == nil {
+			return plan, true
+		}
+	}
 }
 
 // resize returns a zeroed slice of length n, reusing b's array when it is large enough.
@@ -370,25 +489,28 @@ func (f *fit) countReason(c *annotations.ContainerRequest, match, healthy int, u
 	return r
 }
 
-// reuse appends to mine the devices the kubelet hands container c from init containers (f.pool):
-// all of them when they are no more than c needs, else the best of them by the card strategy.
+// reuse appends to mine the devices the kubelet hands container c from init containers (f.pool).
+// When they are no more than c needs, the kubelet takes them all. When there are more, the kubelet
+// takes c.Count of them in its set's order, which is random: then every one of them must be able
+// to hold c, and each reserves the larger of its requests and c's, so that whichever the kubelet
+// takes is accounted; the plan names the best of them by the card strategy (the device plugin
+// corrects the record when the kubelet took others: they are this pod's and fit the container).
 func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason) {
 	pool := f.pool
 	if len(pool) == 0 {
 		return mine, nil
 	}
-	fits := make([]int, 0, len(pool))
+	// The pool never holds two devices of one card: an init container reuses the pool before it
+	// takes new cards, and takes none it already has.
 	for _, di := range pool {
-		if f.reuseFits(c, di) {
-			fits = append(fits, di)
+		if !f.reuseFits(c, di) {
+			return nil, &Reason{Kind: ReasonReuse}
 		}
 	}
-	if len(fits) < min(len(pool), c.Count) {
-		return nil, &Reason{Kind: ReasonReuse}
-	}
-	if len(fits) > c.Count {
-		scores := make([]float64, len(fits))
-		for i, di := range fits {
+	chosen := pool
+	if len(pool) > c.Count {
+		scores := make([]float64, len(pool))
+		for i, di := range pool {
 			d := f.plan.Devices[di]
 			card := &f.node.Cards[d.Card]
 			before := card.add(f.extra[d.Card])
@@ -401,29 +523,33 @@ func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason
 			}
 			scores[i] = f.cardScore(card, before, after, c)
 		}
-		order := make([]int, len(fits))
+		order := make([]int, len(pool))
 		for i := range order {
 			order[i] = i
 		}
-		sortOrder(order, scores, func(o int) int { return f.plan.Devices[fits[o]].Card })
+		sortOrder(order, scores, func(o int) int { return f.plan.Devices[pool[o]].Card })
 		for i := 0; i < c.Count; i++ {
-			order[i] = fits[order[i]]
+			order[i] = pool[order[i]]
 		}
-		fits = order[:c.Count]
+		chosen = order[:c.Count]
 	}
-	for _, di := range fits {
+	// Reserve on every device the kubelet may hand on, checking each card as it fills.
+	for _, di := range pool {
 		d := &f.plan.Devices[di]
+		card := &f.node.Cards[d.Card]
 		newMem, newCores := f.reused(c, *d)
 		e := &f.extra[d.Card]
+		if card.FreeMemMiB()-e.MemMiB < newMem-d.MemMiB || card.FreeCores()-e.Cores < newCores-d.Cores {
+			return nil, &Reason{Kind: ReasonReuse}
+		}
 		e.MemMiB += newMem - d.MemMiB
 		e.Cores += newCores - d.Cores
 		if newCores >= 100 && d.Cores < 100 {
 			e.Whole++
 		}
 		d.MemMiB, d.Cores = newMem, newCores
-		mine = append(mine, di)
 	}
-	return mine, nil
+	return append(mine, chosen...), nil
 }
 
 // cardScore runs the card strategy on the scratch's CardInput (no allocation per card).
@@ -490,7 +616,7 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 	}
 	f.cand, f.score = f.cand[:0], f.score[:0]
 	for i := range f.node.Cards {
-		if !f.fits(c, i) || f.usedBy(mine, i) {
+		if !f.fits(c, i) || f.usedBy(mine, i) || (f.allow != nil && !f.allow[i]) {
 			continue
 		}
 		card := &f.node.Cards[i]
@@ -513,13 +639,18 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 		return nil, r
 	}
 	for _, i := range chosen {
-		card := &f.node.Cards[i]
-		mem, cores := c.MemoryOn(card.MemoryMiB), c.CoresOn()
-		f.plan.Devices = append(f.plan.Devices, Device{Card: i, Slot: f.freeSlot(i), MemMiB: mem, Cores: cores})
-		f.extra[i] = f.extra[i].plus(mem, cores)
-		mine = append(mine, len(f.plan.Devices)-1)
+		mine = append(mine, f.add(c, i, f.freeSlot(i)))
 	}
 	return mine, nil
+}
+
+// add puts a device of container c on card i, slot slot, in the plan and returns its index.
+func (f *fit) add(c *annotations.ContainerRequest, i, slot int) int {
+	card := &f.node.Cards[i]
+	mem, cores := c.MemoryOn(card.MemoryMiB), c.CoresOn()
+	f.plan.Devices = append(f.plan.Devices, Device{Card: i, Slot: slot, MemMiB: mem, Cores: cores})
+	f.extra[i] = f.extra[i].plus(mem, cores)
+	return len(f.plan.Devices) - 1
 }
 
 // take returns the first k ranked candidates, on NUMA node numa unless any.
@@ -538,9 +669,15 @@ func (f *fit) take(k, numa int, any bool) []int {
 
 // chooseNUMA picks k cards from the ranked candidates (f.order indexes f.cand). A container of more
 // than one card gets them on one NUMA node when some NUMA node has enough (required with
-// numa-bind, preferred otherwise); cards it already has (reused) fix that NUMA node.
+// numa-bind, preferred otherwise); cards it already has (reused) fix that NUMA node. f.prefer, when
+// set, is the NUMA node to take when it qualifies.
 func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]int, *Reason) {
 	if c.Count <= 1 {
+		if f.prefer >= 0 {
+			if got := f.take(k, f.prefer, false); len(got) == k {
+				return got, nil
+			}
+		}
 		return f.take(k, 0, true), nil
 	}
 	fixed, mixed, fixedN := 0, false, 0
@@ -573,15 +710,18 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 		}
 		g.n++
 	}
-	best, bestHave := -1, 0
+	best, most, onFixed := -1, 0, 0
 	for gi, g := range f.groups {
-		have := g.n
+		most = max(most, g.n)
 		if fixedN > 0 && !mixed && g.numa == fixed {
-			have += fixedN
+			onFixed = g.n
 		}
-		bestHave = max(bestHave, have)
 		if g.n < k || mixed || (fixedN > 0 && g.numa != fixed) {
 			continue
+		}
+		if f.prefer >= 0 && g.numa == f.prefer {
+			best = gi
+			break
 		}
 		if b := f.groups[max(best, 0)]; best < 0 || f.betterGroup(g.sum, g.n, g.numa, b.sum, b.n, b.numa) {
 			best = gi
@@ -591,10 +731,15 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 		return f.take(k, f.groups[best].numa, false), nil
 	}
 	if f.pod.Selector.NUMABind {
-		if fixedN > 0 && !mixed {
-			bestHave = max(bestHave, fixedN)
+		// Only NUMA nodes the container may use count: with reused cards, theirs.
+		r := &Reason{Kind: ReasonNUMA, Need: c.Count, Have: most, Reused: fixedN}
+		switch {
+		case mixed:
+			r.Have, r.NUMA = 0, -1
+		case fixedN > 0:
+			r.Have, r.NUMA = fixedN+onFixed, fixed
 		}
-		return nil, &Reason{Kind: ReasonNUMA, Need: c.Count, Have: bestHave}
+		return nil, r
 	}
 	return f.take(k, 0, true), nil
 }

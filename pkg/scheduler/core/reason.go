@@ -3,6 +3,8 @@ package core
 import (
 	"fmt"
 	"strings"
+
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core/topology"
 )
 
 // ReasonKind classifies why a pod does not fit a node.
@@ -37,6 +39,27 @@ const (
 	// ReasonBindPending: an earlier bind of the pod to another node (Detail) had an unknown outcome
 	// and may still commit; the pod may go only there until that settles.
 	ReasonBindPending
+	// ReasonKubeletRefuses: the node's kubelet runs a TopologyManager policy under which it would
+	// fail the pod at admission (TopologyAffinityError, or too few free devices or exclusive CPUs);
+	// Kubelet carries the model's refusal with its numbers.
+	ReasonKubeletRefuses
+	// ReasonKubeletChoice: the node's kubelet would admit the pod, but the devices its
+	// TopologyManager policy (Policy) lets a container have cannot serve it: a device it takes
+	// outright (UUID, on NUMA node NUMA) fails Problem, or among those it offers the device plugin
+	// (on NUMA nodes NUMAs) only Have of Of cards match the selector and have room, Need needed.
+	ReasonKubeletChoice
+)
+
+// CardProblem says why a card the kubelet hands a container outright cannot serve it.
+type CardProblem int
+
+const (
+	// CardNoMatch: the card does not pass the pod's selector.
+	CardNoMatch CardProblem = iota + 1
+	// CardNoRoom: the card lacks the memory, compute or free slot the container asks for.
+	CardNoRoom
+	// CardTwice: the container already has a device of the card (a second share slot).
+	CardTwice
 )
 
 // Reason says why a pod does not fit a node. String renders it for people (FailedNodes, events).
@@ -65,6 +88,20 @@ type Reason struct {
 	// HostNeed is the pod's CPU and memory request, HostFree what the node has free and HostAlloc
 	// its allocatable amounts (0: unknown) — ReasonHost only.
 	HostNeed, HostFree, HostAlloc HostRequest
+	// Reused is how many of the container's cards it reuses from init containers (ReasonNUMA):
+	// they fix its NUMA node, NUMA, or lie on several (NUMA < 0).
+	Reused int
+	// NUMA is a NUMA node (ReasonNUMA with Reused, ReasonKubeletChoice with UUID).
+	NUMA int
+	// Policy is the kubelet's TopologyManager policy (ReasonKubeletChoice; ReasonNUMA on a node
+	// whose kubelet chose the NUMA nodes).
+	Policy string
+	// NUMAs are the NUMA nodes the kubelet offers the device plugin cards on (ReasonKubeletChoice).
+	NUMAs topology.Mask
+	// Problem says what is wrong with the card UUID (ReasonKubeletChoice).
+	Problem CardProblem
+	// Kubelet is the kubelet model's refusal (ReasonKubeletRefuses).
+	Kubelet *topology.Refusal
 }
 
 // Unresolvable reports whether the node cannot host the pod whatever happens to other pods
@@ -73,6 +110,8 @@ func (r *Reason) Unresolvable() bool {
 	switch r.Kind {
 	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards:
 		return true
+	case ReasonKubeletRefuses:
+		return r.Kubelet != nil && r.Kubelet.Reason == topology.ReasonInvalidNode
 	case ReasonHost:
 		// Only when the pod asks more than the node has at all.
 		return (r.HostAlloc.CPUMilli > 0 && r.HostNeed.CPUMilli > r.HostAlloc.CPUMilli) ||
@@ -118,7 +157,7 @@ func (r *Reason) String() string {
 			fmt.Fprintf(&b, "needs %s with %s; %d of %d %s", cards(r.Need), r.shareNeed(), r.Have, r.Of, plural(r.Have, "has", "have"))
 		}
 	case ReasonNUMA:
-		fmt.Fprintf(&b, "needs %s on one NUMA node, best has %d", cards(r.Need), r.Have)
+		b.WriteString(r.numaText())
 	case ReasonReuse:
 		b.WriteString("the init containers' cards, which the kubelet hands on, cannot hold it")
 	case ReasonInFlight:
@@ -127,10 +166,77 @@ func (r *Reason) String() string {
 		b.WriteString(r.hostText())
 	case ReasonBindPending:
 		fmt.Fprintf(&b, "an earlier binding to node %s may still commit; waiting for it to settle", r.Detail)
+	case ReasonKubeletRefuses:
+		if r.Kubelet == nil {
+			b.WriteString("the node's kubelet would refuse the pod")
+		} else {
+			b.WriteString(r.Kubelet.Error())
+		}
+	case ReasonKubeletChoice:
+		b.WriteString(r.kubeletText())
 	default:
 		fmt.Fprintf(&b, "reason %d", int(r.Kind))
 	}
 	return b.String()
+}
+
+// numaText explains ReasonNUMA, e.g. "needs 3 cards on one NUMA node; the 1 card it reuses from
+// its init containers is on NUMA 0, which has 2".
+func (r *Reason) numaText() string {
+	s := fmt.Sprintf("needs %s on one NUMA node", cards(r.Need))
+	switch {
+	case r.Policy != "":
+		return s + fmt.Sprintf("; the kubelet's %s policy puts at most %d on one", r.Policy, r.Have)
+	case r.Reused > 0 && r.NUMA < 0:
+		return s + fmt.Sprintf("; the %s it reuses from its init containers are on different NUMA nodes", cards(r.Reused))
+	case r.Reused > 0:
+		return s + fmt.Sprintf("; the %s it reuses from its init containers %s on NUMA %d, which has %d",
+			cards(r.Reused), plural(r.Reused, "is", "are"), r.NUMA, r.Have)
+	}
+	return s + fmt.Sprintf(", best has %d", r.Have)
+}
+
+// kubeletText explains ReasonKubeletChoice, e.g. "the kubelet's single-numa-node policy takes its 1
+// card from NUMA 0, where 0 of 1 free cards match use-gpuuuid=GPU-1".
+func (r *Reason) kubeletText() string {
+	if r.UUID != "" {
+		s := fmt.Sprintf("the kubelet's %s policy hands it card %s on NUMA %d outright", r.Policy, r.UUID, r.NUMA)
+		switch r.Problem {
+		case CardNoMatch:
+			return s + ", which does not match " + r.Selector
+		case CardTwice:
+			return s + ", a second slot of a card it already has"
+		}
+		if r.Shared {
+			return s + ", which lacks " + r.shareNeed()
+		}
+		return s + ", which is not free"
+	}
+	if r.Detail != "" {
+		return fmt.Sprintf("the kubelet's %s policy: %s", r.Policy, r.Detail)
+	}
+	var numa strings.Builder
+	for i, id := range r.NUMAs.IDs() {
+		if i > 0 {
+			numa.WriteString(", ")
+		}
+		fmt.Fprintf(&numa, "%d", id)
+	}
+	where := "NUMA " + numa.String()
+	if r.NUMAs.Count() == 0 {
+		where = "cards without a NUMA node"
+	}
+	s := fmt.Sprintf("the kubelet's %s policy takes its %s from %s, where %d of %d free %s", r.Policy,
+		cards(r.Need), where, r.Have, r.Of, plural(r.Of, "card", "cards"))
+	switch {
+	case r.Shared && r.Selector != "":
+		return s + " match " + r.Selector + " and have " + r.shareNeed()
+	case r.Shared:
+		return s + " have " + r.shareNeed()
+	case r.Selector != "":
+		return s + " match " + r.Selector
+	}
+	return s + " can take it"
 }
 
 // hostText names the host resources that do not fit, e.g. "needs 14000m CPU, node has 8000m free".

@@ -1,10 +1,13 @@
 package core
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core/topology"
 )
 
 // Usage is what is held on one card: memory and compute reserved, device IDs taken, and how many
@@ -109,8 +112,100 @@ type NodeState struct {
 	// Models summarises the cards for people, e.g. "2x NVIDIA A40, 1x Tesla T4".
 	Models string
 	// Host is the node's CPU and memory, when known (zero: unknown, and then ignored).
-	Host   HostState
-	byUUID map[string]int
+	Host HostState
+	// Kubelet is the node's kubelet topology as its inventory reports it (nil: not reported, the
+	// TopologyManager policy none assumed). It is read only; NewNodeState builds the model from it.
+	Kubelet *annotations.KubeletTopology
+	byUUID  map[string]int
+	// kubelet is the model of the node's kubelet when its TopologyManager runs a policy other
+	// than none (nil otherwise): Fit then places cards where the kubelet will put them.
+	kubelet *kubeletNode
+}
+
+// kubeletNode is what the kubelet model needs of a node, built once per inventory and shared by
+// clones (never written after NewNodeState).
+type kubeletNode struct {
+	node *topology.Node
+	// devs are the device IDs the plugin advertises, card by card and slot by slot
+	// (topology.DevicesOf), with Held false; card and slot say where each one is, index finds it.
+	devs       []topology.Device
+	card, slot []int
+	index      map[string]int
+}
+
+func newKubeletNode(inv *annotations.Inventory) *kubeletNode {
+	if inv.Kubelet == nil || inv.Kubelet.TopologyManagerPolicy == annotations.TopologyPolicyNone {
+		return nil
+	}
+	k := &kubeletNode{node: topology.NodeOf(inv.Kubelet), devs: topology.DevicesOf(inv, nil)}
+	k.card, k.slot = make([]int, 0, len(k.devs)), make([]int, 0, len(k.devs))
+	k.index = make(map[string]int, len(k.devs))
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		for slot := range g.DeviceIDs() {
+			if g.Shares <= 1 {
+				slot = -1
+			}
+			k.index[k.devs[len(k.card)].ID] = len(k.card)
+			k.card, k.slot = append(k.card, i), append(k.slot, slot)
+		}
+	}
+	return k
+}
+
+// SameKubelet reports whether n and o have the same kubelet topology (both none included).
+func (n *NodeState) SameKubelet(o *NodeState) bool {
+	a, b := n.Kubelet, o.Kubelet
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.TopologyManagerPolicy != b.TopologyManagerPolicy || a.TopologyManagerScope != b.TopologyManagerScope ||
+		a.PreferClosestNUMANodes != b.PreferClosestNUMANodes || a.MaxAllowableNUMANodes != b.MaxAllowableNUMANodes ||
+		a.CPUManagerPolicy != b.CPUManagerPolicy || a.DeviceTopology != b.DeviceTopology || len(a.NUMA) != len(b.NUMA) {
+		return false
+	}
+	for i := range a.NUMA {
+		x, y := &a.NUMA[i], &b.NUMA[i]
+		if x.ID != y.ID || x.CPUs != y.CPUs || x.ReservedCPUs != y.ReservedCPUs || x.ExclusiveCPUs != y.ExclusiveCPUs ||
+			!slices.Equal(x.Distances, y.Distances) {
+			return false
+		}
+	}
+	return true
+}
+
+// AppendKubeletKey appends what Fit reads of the node's kubelet topology to a key of the node's
+// state (see the extender's cache): nothing when its policy is none, so that two nodes whose keys
+// are equal get the same verdict.
+func (n *NodeState) AppendKubeletKey(b []byte) []byte {
+	if n.kubelet == nil {
+		return b
+	}
+	k := n.Kubelet
+	for _, s := range []string{k.TopologyManagerPolicy, k.TopologyManagerScope, k.CPUManagerPolicy} {
+		b = append(binary.AppendUvarint(b, uint64(len(s))), s...)
+	}
+	flags := uint64(0)
+	if k.PreferClosestNUMANodes {
+		flags |= 1
+	}
+	if k.DeviceTopology {
+		flags |= 2
+	}
+	b = binary.AppendUvarint(b, flags)
+	b = binary.AppendVarint(b, int64(k.MaxAllowableNUMANodes))
+	b = binary.AppendUvarint(b, uint64(len(k.NUMA)))
+	for _, u := range k.NUMA {
+		b = binary.AppendVarint(b, int64(u.ID))
+		b = binary.AppendVarint(b, int64(u.CPUs))
+		b = binary.AppendVarint(b, int64(u.ReservedCPUs))
+		b = binary.AppendVarint(b, int64(u.ExclusiveCPUs))
+		b = binary.AppendUvarint(b, uint64(len(u.Distances)))
+		for _, d := range u.Distances {
+			b = binary.AppendVarint(b, int64(d))
+		}
+	}
+	return b
 }
 
 // HostRequest is the CPU (millicores) and memory (MiB) a pod requests of its node. Zero asks nothing.
@@ -169,7 +264,8 @@ func (n *NodeState) UnholdHost(r HostRequest) {
 
 // NewNodeState builds the state of a node from its inventory, with nothing held.
 func NewNodeState(name string, inv annotations.Inventory) *NodeState {
-	n := &NodeState{Name: name, Cards: make([]Card, len(inv.GPUs)), byUUID: make(map[string]int, len(inv.GPUs))}
+	n := &NodeState{Name: name, Cards: make([]Card, len(inv.GPUs)), byUUID: make(map[string]int, len(inv.GPUs)),
+		Kubelet: inv.Kubelet, kubelet: newKubeletNode(&inv)}
 	for i, g := range inv.GPUs {
 		n.Cards[i] = Card{GPU: g, modelLower: strings.ToLower(g.Model), refs: make([]int32, max(g.Shares, 1))}
 		n.byUUID[g.UUID] = i
