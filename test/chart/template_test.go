@@ -107,10 +107,13 @@ func TestSchedulerConfigurationDefault(t *testing.T) {
 		Profiles: []configv1.KubeSchedulerProfile{{
 			SchedulerName:            ptr.To("cardinal-scheduler"),
 			PercentageOfNodesToScore: ptr.To[int32](100),
+			// The policy weighs CPU and memory; kube-scheduler's own scores would overrule its ranks.
+			Plugins: &configv1.Plugins{Score: configv1.PluginSet{Disabled: []configv1.Plugin{
+				{Name: "NodeResourcesFit"}, {Name: "NodeResourcesBalancedAllocation"}}}},
 		}},
 		Extenders: []configv1.Extender{{
 			URLPrefix: "http://127.0.0.1:8888", FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind",
-			Weight: 10, HTTPTimeout: metav1.Duration{Duration: 3 * time.Second},
+			Weight: 25, HTTPTimeout: metav1.Duration{Duration: 3 * time.Second},
 			NodeCacheCapable: true, Ignorable: false,
 			ManagedResources: managed(annotations.DefaultResourceNames()),
 		}},
@@ -126,9 +129,10 @@ func TestSchedulerConfigurationFollowsValues(t *testing.T) {
 		"schedulerName": "gpu-scheduler",
 		"resourceNames": map[string]any{"gpu": names.GPU, "gpumem": names.Mem, "gpumemPercentage": names.MemPercentage, "gpucores": names.Cores},
 		"scheduler": map[string]any{
-			"replicas":       3,
-			"leaderElection": map[string]any{"resourceName": "gpu-lease"},
-			"extender":       map[string]any{"urlPrefix": "http://127.0.0.1:39999", "weight": 5, "httpTimeout": "750ms", "nodePolicy": "spread", "gpuPolicy": "frag-aware"},
+			"replicas":             3,
+			"inTreeResourceScores": true,
+			"leaderElection":       map[string]any{"resourceName": "gpu-lease"},
+			"extender":             map[string]any{"urlPrefix": "http://127.0.0.1:39999", "weight": 5, "httpTimeout": "750ms", "nodePolicy": "spread", "gpuPolicy": "frag-aware"},
 		},
 	})
 	got := schedulerConfig(t, r)
