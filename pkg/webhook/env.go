@@ -26,6 +26,7 @@ type deviceVar struct {
 // cannot undo).
 var deviceVars = []deviceVar{
 	{name: "NVIDIA_VISIBLE_DEVICES", why: "it chooses the cards the NVIDIA container runtime exposes; Cardinal's device plugin sets it to the cards it assigned"},
+	{name: "CUDA_DEVICE_ORDER", why: "it renumbers the visible cards; Cardinal's device plugin sets PCI_BUS_ID so that each card's limits apply to that card"},
 	{name: "NVIDIA_MIG_", prefix: true, why: "it grants MIG configuration or monitoring of whole cards"},
 	{name: "NVIDIA_IMEX_CHANNELS", why: "it exposes IMEX channels (GPU memory shared across nodes)"},
 	{name: "CUDA_DEVICE_MEMORY_LIMIT", prefix: true, why: "it is HAMi-core's memory limit, which Cardinal's device plugin sets from the pod's requests"},

@@ -10,7 +10,7 @@ compares the rendering with the package's. Each piece mirrors the Go function na
 
 {{/* Refused device variables (pkg/webhook/env.go deviceVars): exact names, then prefixes. */}}
 {{- define "cardinal.webhook.deviceEnvNames" -}}
-{{- list "NVIDIA_VISIBLE_DEVICES" "NVIDIA_IMEX_CHANNELS" "CUDA_DEVICE_MEMORY_SHARED_CACHE" "CUDA_DISABLE_CONTROL" "GPU_CORE_UTILIZATION_POLICY" "CUDA_TASK_PRIORITY" | toJson -}}
+{{- list "NVIDIA_VISIBLE_DEVICES" "CUDA_DEVICE_ORDER" "NVIDIA_IMEX_CHANNELS" "CUDA_DEVICE_MEMORY_SHARED_CACHE" "CUDA_DISABLE_CONTROL" "GPU_CORE_UTILIZATION_POLICY" "CUDA_TASK_PRIORITY" | toJson -}}
 {{- end -}}
 {{- define "cardinal.webhook.deviceEnvPrefixes" -}}
 {{- list "NVIDIA_MIG_" "CUDA_DEVICE_MEMORY_LIMIT" "CUDA_DEVICE_SM_LIMIT" "CUDA_MPS_" | toJson -}}
