@@ -208,7 +208,7 @@ func (r *Reason) kubeletText() string {
 			return s + ", a second slot of a card it already has"
 		}
 		if r.Shared {
-			return s + ", which lacks " + r.shareNeed()
+			return s + ", which has no room for " + r.shareNeed()
 		}
 		return s + ", which is not free"
 	}
