@@ -249,10 +249,10 @@ func TestFitKubeletTopology(t *testing.T) {
 			req:  guaranteed(pod(whole("train", 2)), annotations.ContainerCPU{Name: "train", Milli: 6000}),
 			want: map[string][]string{"train": {"G2 46068/100", "G3 46068/100"}},
 			per: map[string]tc{
-				"restricted/container": {reason: "container \"train\": the kubelet's restricted policy needs 2 cards and 6 CPUs on the same 1 NUMA node (the fewest that can hold each); NUMA 0 has 2 free cards and 2 free CPUs, NUMA 1 has 1 free card and 10 free CPUs"},
-				"restricted/pod":       {reason: "the kubelet's restricted policy needs the pod's 2 cards and 6 CPUs on the same 1 NUMA node (the fewest that can hold each); NUMA 0 has 2 free cards and 2 free CPUs, NUMA 1 has 1 free card and 10 free CPUs"},
+				"restricted/container":       {reason: "container \"train\": the kubelet's restricted policy needs 2 cards and 6 CPUs on the same 1 NUMA node (the fewest that can hold each); NUMA 0 has 2 free cards and 2 free CPUs, NUMA 1 has 1 free card and 10 free CPUs"},
+				"restricted/pod":             {reason: "the kubelet's restricted policy needs the pod's 2 cards and 6 CPUs on the same 1 NUMA node (the fewest that can hold each); NUMA 0 has 2 free cards and 2 free CPUs, NUMA 1 has 1 free card and 10 free CPUs"},
 				"single-numa-node/container": {reason: "container \"train\": the kubelet's single-numa-node policy needs 2 cards and 6 CPUs on one NUMA node; NUMA 0 has 2 free cards and 2 free CPUs, NUMA 1 has 1 free card and 10 free CPUs"},
-				"single-numa-node/pod": {reason: "the kubelet's single-numa-node policy needs the pod's 2 cards and 6 CPUs on one NUMA node; NUMA 0 has 2 free cards and 2 free CPUs, NUMA 1 has 1 free card and 10 free CPUs"},
+				"single-numa-node/pod":       {reason: "the kubelet's single-numa-node policy needs the pod's 2 cards and 6 CPUs on one NUMA node; NUMA 0 has 2 free cards and 2 free CPUs, NUMA 1 has 1 free card and 10 free CPUs"},
 			},
 		},
 		{
