@@ -164,8 +164,8 @@ func TestKubeletNUMATopology(t *testing.T) {
 		if diff := cmp.Diff([]string{"8-15", "1", "16"}, lines); diff != "" {
 			t.Errorf("inside the namespace (-want +got):\n%s", diff)
 		}
-		if b, err := os.ReadFile("/sys/devices/system/cpu/online"); err != nil || strings.TrimSpace(string(b)) == "0-15" {
-			t.Errorf("host /sys/devices/system/cpu/online = %q (%v): the synthetic tree leaked to the host", b, err)
+		if b, err := os.ReadFile("/proc/cpuinfo"); err != nil || strings.Contains(string(b), "Cardinal test-bed CPU") {
+			t.Errorf("host /proc/cpuinfo is the synthetic one (read error: %v)", err)
 		}
 	})
 
@@ -358,6 +358,52 @@ func TestKubeletNUMAMemoryManager(t *testing.T) {
 		pod := waitPodRejected(t, c, "too-much-mem-2", "UnexpectedAdmissionError")
 		if !strings.Contains(pod.Status.Message, "memorymanager") {
 			t.Errorf("too-much-mem-2 refused with %q, want the memory manager's Allocate error", pod.Status.Message)
+		}
+	})
+}
+
+// TestKubeletNUMAPodScope runs a real kubelet on a synthetic 4 NUMA × 4 CPU machine with two
+// threads per core and two NUMA nodes per socket, the static CPU manager (one full core
+// reserved) and the restricted topology manager in pod scope.
+func TestKubeletNUMAPodScope(t *testing.T) {
+	t.Parallel()
+	c := Start(t, Options{SchedulerConfig: []byte(defaultSchedulerConfig)})
+	k := c.AddKubelet(t, KubeletSpec{
+		Name:                  "numa-4x4-smt",
+		Machine:               &Machine{NUMANodes: 4, CPUsPerNUMA: 4, ThreadsPerCore: 2, NUMAPerSocket: 2},
+		TopologyManagerPolicy: "restricted",
+		TopologyManagerScope:  "pod",
+		CPUManagerPolicy:      "static",
+		ReservedCPUs:          "0-1", // core 0
+	})
+	m := k.Machine
+	pr := k.PodResources(t)
+
+	t.Run("pod scope puts all containers on one NUMA node, full cores each", func(t *testing.T) {
+		// 2 + 2 CPUs. NUMA 0 has 2 free (2-3), NUMA 1-3 have 4. In container scope c0 would take
+		// NUMA 0's 2-3 and c1 go to NUMA 1; in pod scope the pod's 4 go together to NUMA 1.
+		createPod(t, c, guaranteedPod("pair", k.Name, containerAsk{cpus: 2}, containerAsk{cpus: 2}))
+		waitPodRunning(t, c, "pair")
+		var all []int64
+		for _, container := range []string{"c0", "c1"} {
+			cpus := exclusiveCPUs(t, k, pr, "pair", container, 2)
+			if m.CoreOf(int(cpus[0])) != m.CoreOf(int(cpus[1])) {
+				t.Errorf("pair/%s holds CPUs %v of two cores, want the two threads of one core", container, cpus)
+			}
+			all = append(all, cpus...)
+		}
+		if nodes := numaNodesOf(m, all); !slices.Equal(nodes, []int{1}) {
+			t.Errorf("pair holds CPUs %v on NUMA nodes %v, want all on NUMA node 1", all, nodes)
+		}
+	})
+
+	t.Run("restricted admits a pod on the fewest NUMA nodes it needs", func(t *testing.T) {
+		// 6 CPUs need two NUMA nodes of 4; restricted (unlike single-numa-node) admits it there.
+		createPod(t, c, guaranteedPod("six", k.Name, containerAsk{cpus: 6}))
+		waitPodRunning(t, c, "six")
+		cpus := exclusiveCPUs(t, k, pr, "six", "c0", 6)
+		if nodes := numaNodesOf(m, cpus); len(nodes) != 2 || slices.Contains(nodes, 1) {
+			t.Errorf("six holds CPUs %v on NUMA nodes %v, want two NUMA nodes other than the full NUMA node 1", cpus, nodes)
 		}
 	})
 }
