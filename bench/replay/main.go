@@ -45,8 +45,10 @@ func run() error {
 	arrival := fs.Float64("arrival", 130, "stop arrivals when the GPU they asked for reaches this % of cluster GPU capacity")
 	fragAt := fs.Float64("frag-at", 90, "measure fragmentation when arrivals reach this % of cluster GPU capacity")
 	cpuPods := fs.String("cpu-pods", string(sim.CPUPodsLeastAllocated), `how CPU-only pods (which kube-scheduler places without Cardinal) choose a node: "least-allocated" (kube-scheduler's default) or "most-allocated"`)
-	scoring := fs.String("scoring", string(sim.ScoringCore), `how GPU pods rank nodes: "core" (the core's unrounded score alone, ties to the smaller node name: the policy comparison) or "kube" (kube-scheduler with the extender at weight 10 as the chart sets it: the extender's integer score plus the default LeastAllocated and BalancedAllocation scores of CPU and memory)`)
-	kubeFit := fs.String("kube-fit", string(sim.CPUPodsLeastAllocated), `scoring strategy of kube-scheduler's NodeResourcesFit in the cardinal-scheduler profile (with --scoring=kube): "least-allocated" (the default) or "most-allocated"`)
+	scoring := fs.String("scoring", string(sim.ScoringCore), `how GPU pods rank nodes: "core" (the core's unrounded score alone, ties to the smaller node name: the policy comparison) or "kube" (kube-scheduler with the extender and profile as the chart configures them: the extender's rank of the core's scores × --kube-weight × 10, plus the CPU and memory scores with --kube-resource-scores; ties to the smaller node name)`)
+	kubeFit := fs.String("kube-fit", string(sim.CPUPodsLeastAllocated), `scoring strategy of kube-scheduler's NodeResourcesFit in the cardinal-scheduler profile (with --scoring=kube --kube-resource-scores): "least-allocated" (the default) or "most-allocated"`)
+	kubeWeight := fs.Int("kube-weight", sim.DefaultKubeWeight, "the extender's weight in kube-scheduler's configuration (with --scoring=kube; the chart's scheduler.extender.weight)")
+	kubeResources := fs.Bool("kube-resource-scores", false, "keep kube-scheduler's CPU and memory scores in the profile (with --scoring=kube; the chart's scheduler.inTreeResourceScores)")
 	numaSplit := fs.Bool("numa-split", true, "synthesise two NUMA nodes on nodes with an even number (4 or more) of cards, half the cards each; false puts every card on NUMA node 0")
 	shares := fs.Int("shares", 0, "device IDs per card (annotations.GPU.Shares); 0 picks floor(1000 / smallest fractional gpu_milli), which never limits before memory and compute")
 	ignoreHost := fs.Bool("ignore-host", false, "diagnostic, not the protocol: let every pod fit every node's CPU and memory, to see what the GPU placement alone achieves")
@@ -93,7 +95,7 @@ func run() error {
 		NodesFile: *nodes, PodsFiles: *pods, Pairs: pairs,
 		Replay: sim.Config{
 			Seeds: seedList, Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods),
-			Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit),
+			Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit), KubeWeight: *kubeWeight, KubeResourceScores: *kubeResources,
 			Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
 			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost,
 		},

@@ -17,6 +17,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -48,15 +49,19 @@ const (
 type Scoring string
 
 const (
-	// ScoringKube ranks nodes as kube-scheduler does with Cardinal's extender configured as the chart
-	// configures it (weight 10) next to the default in-tree score plugins that vary between these
-	// nodes: 10 × 10 × core.ExtenderScore(core score) (the integer 0..10 the extender answers, scaled
-	// to kube-scheduler's 0..100 and weighted) + NodeResourcesFit LeastAllocated + NodeResourcesBalancedAllocation
-	// (0..100 each, CPU and memory, weight 1).
+	// ScoringKube ranks nodes as kube-scheduler does with Cardinal's extender and profile as the
+	// chart configures them: the extender answers core.Rank of the core's scores over the candidate
+	// nodes (0..10), which kube-scheduler weighs × KubeWeight × 10; with KubeResourceScores the
+	// profile's NodeResourcesFit (KubeFit) and NodeResourcesBalancedAllocation scores (0..100 each,
+	// CPU and memory, weight 1) are added. Ties go to the smaller node name (kube-scheduler picks
+	// one of the tied nodes at random).
 	ScoringKube Scoring = "kube"
 	// ScoringCore ranks nodes by the core's score alone, unrounded.
 	ScoringCore Scoring = "core"
 )
+
+// DefaultKubeWeight is the extender weight the chart configures (scheduler.extender.weight).
+const DefaultKubeWeight = 25
 
 // Config is one replay: a cluster, a pod list, the policies and the seeds.
 type Config struct {
@@ -77,8 +82,14 @@ type Config struct {
 	// Scoring ranks candidate nodes of GPU pods.
 	Scoring Scoring
 	// KubeFit is the scoring strategy of NodeResourcesFit in the cardinal-scheduler profile
-	// (ScoringKube only): least-allocated (kube-scheduler's default) or most-allocated.
+	// (ScoringKube with KubeResourceScores only): least-allocated (kube-scheduler's default) or most-allocated.
 	KubeFit CPUPodPolicy
+	// KubeWeight is the extender's weight in kube-scheduler's configuration (ScoringKube only; the
+	// chart's scheduler.extender.weight; 0 means DefaultKubeWeight).
+	KubeWeight int
+	// KubeResourceScores keeps kube-scheduler's CPU and memory scores in the profile (ScoringKube
+	// only; the chart's scheduler.inTreeResourceScores, off by default).
+	KubeResourceScores bool
 	// Synthesis fills in what the node list lacks; Shares 0 means SharesFor(Pods).
 	Synthesis Synthesis
 	// Parallel is how many seeds run at once; 0 means GOMAXPROCS.
@@ -124,6 +135,9 @@ func (c *Config) validate() error {
 	case CPUPodsLeastAllocated, CPUPodsMostAllocated:
 	default:
 		errs = append(errs, fmt.Errorf("kube-fit %q is not %s or %s", c.KubeFit, CPUPodsLeastAllocated, CPUPodsMostAllocated))
+	}
+	if c.KubeWeight < 0 {
+		errs = append(errs, fmt.Errorf("kube weight %d is negative", c.KubeWeight))
 	}
 	switch c.Scoring {
 	case ScoringKube, ScoringCore:
@@ -293,8 +307,11 @@ type replay struct {
 	groups []*group
 	byKey  map[string]int
 	mix    core.TaskMix
-	keyBuf []byte
-	calls  int
+	// cands and candScores are the nodes a GPU pod fits and the core's scores (ScoringKube).
+	cands      []int
+	candScores []float64
+	keyBuf     []byte
+	calls      int
 }
 
 func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
@@ -379,7 +396,13 @@ func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 	// The mix is what the cluster has seen: every GPU pod that arrived, this one included.
 	r.mix.AddPodHost(&spec.request, &spec.selector, r.cfg.podHost(spec.row))
 	best, bestScore := -1, core.Candidate{}
+	r.cands, r.candScores = r.cands[:0], r.candScores[:0]
 	offer := func(ni int, score float64) {
+		if r.cfg.Scoring == ScoringKube {
+			// Ranked over all candidates once they are known (kubePick).
+			r.cands, r.candScores = append(r.cands, ni), append(r.candScores, score)
+			return
+		}
 		c := core.Candidate{Name: r.sim[ni].name, Score: score}
 		if best < 0 || c.Better(bestScore) {
 			best, bestScore = ni, c
@@ -400,7 +423,7 @@ func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 			for _, ni := range g.members {
 				if r.sim[ni].fitsHost(spec.row) {
 					if s, ok := evaluate(ni); ok {
-						offer(ni, r.rank(ni, spec.row, s))
+						offer(ni, s)
 					}
 				}
 			}
@@ -421,9 +444,12 @@ func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 		}
 		for _, ni := range g.members[first:] {
 			if r.sim[ni].fitsHost(spec.row) {
-				offer(ni, r.rank(ni, spec.row, s))
+				offer(ni, s)
 			}
 		}
+	}
+	if r.cfg.Scoring == ScoringKube {
+		best = r.kubePick(spec.row)
 	}
 	if best < 0 {
 		return -1, nil
@@ -448,13 +474,31 @@ func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 	return best, nil
 }
 
-// rank turns the core's score of node ni into the score the replay ranks by (see Scoring).
-func (r *replay) rank(ni int, p *trace.Pod, coreScore float64) float64 {
-	if r.cfg.Scoring == ScoringCore {
-		return coreScore
+// kubePick is kube-scheduler's choice among the candidates offered (ScoringKube): the extender's
+// answer, core.Rank of the core's scores over the candidates, × KubeWeight × 10 (kube-scheduler's
+// MaxNodeScore / MaxExtenderPriority), plus the profile's CPU and memory scores when it keeps
+// them; ties to the smaller name. -1 when there is no candidate.
+func (r *replay) kubePick(p *trace.Pod) int {
+	if len(r.cands) == 0 {
+		return -1
 	}
-	n := &r.sim[ni]
-	return float64(10*10*core.ExtenderScore(coreScore) + kubeResourceScores(n, p, r.cfg.KubeFit))
+	ok := make([]bool, len(r.cands))
+	for i := range ok {
+		ok[i] = true
+	}
+	ranks := make([]int64, len(r.cands))
+	core.Rank(r.candScores, ok, ranks)
+	best, bestTotal := -1, int64(0)
+	for i, ni := range r.cands {
+		total := ranks[i] * int64(cmp.Or(r.cfg.KubeWeight, DefaultKubeWeight)) * 10
+		if r.cfg.KubeResourceScores {
+			total += kubeResourceScores(&r.sim[ni], p, r.cfg.KubeFit)
+		}
+		if best < 0 || total > bestTotal || (total == bestTotal && r.sim[ni].name < r.sim[best].name) {
+			best, bestTotal = ni, total
+		}
+	}
+	return best
 }
 
 // kubeResourceScores is what kube-scheduler's NodeResourcesFit (strategy fit) and

@@ -322,3 +322,42 @@ func TestParallelSeedsMatchSerial(t *testing.T) {
 		t.Error("seeds 1 and 2 placed alike: the seed does not shuffle")
 	}
 }
+
+// With the chart's profile (no in-tree CPU and memory scores) kube-scheduler's choice is the core's
+// whenever the core's best node is clear: the extender's rank keeps the order that rounding lost.
+// With the old rounded answer and the resource scores, the in-tree scores overrule it.
+func TestKubeScoringKeepsTheCoresChoice(t *testing.T) {
+	var nodes []trace.Node
+	for i := range 6 {
+		nodes = append(nodes, gpuNode(strconv.Itoa(i), 8))
+	}
+	var pods []trace.Pod
+	for i := range 30 {
+		p := gpuPod("p"+strconv.Itoa(i), 1+i%3, 1000)
+		p.CPUMilli = 12000 // enough for least-allocated to differ by more than a rank step at weight 1
+		pods = append(pods, p)
+	}
+	cfg := baseConfig(nodes, pods)
+	cfg.Seeds, cfg.Record, cfg.NodePolicy, cfg.GPUPolicy = []uint64{1}, true, annotations.PolicyBinpack, annotations.PolicyBinpack
+	coreRes, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Scoring = ScoringKube
+	kube, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(coreRes.Seeds[0].Placements, kube.Seeds[0].Placements); d != "" {
+		t.Errorf("kube scoring placed otherwise than the core (-core +kube):\n%s", d)
+	}
+	// Least-allocated CPU and memory scores pull towards the emptier node, against binpack.
+	cfg.KubeResourceScores, cfg.KubeWeight = true, 1
+	pulled, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(coreRes.Seeds[0].Placements, pulled.Seeds[0].Placements) {
+		t.Error("with weight 1 and the resource scores kube scoring still placed as the core: the test shows nothing")
+	}
+}
