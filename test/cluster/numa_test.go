@@ -311,7 +311,8 @@ func TestKubeletNUMAMemoryManager(t *testing.T) {
 	t.Run("memory larger than any NUMA node is refused", func(t *testing.T) {
 		// 768Mi: the node has GiBs (the host's), but NUMA node 0 offers 448Mi (512 - 64 reserved)
 		// and NUMA node 1 512Mi. The memory manager's only hint spans both; single-numa-node
-		// drops it.
+		// drops it. (A pod refused this soon after the kubelet started shows Failed only at the
+		// kubelet's next 10s status sync: the refusal is immediate, its status write is not.)
 		createPod(t, c, memPod("too-much-mem", 1, "768Mi"))
 		waitPodRejected(t, c, "too-much-mem", "TopologyAffinityError")
 	})
