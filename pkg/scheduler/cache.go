@@ -186,7 +186,7 @@ func sameCards(a, b *core.NodeState) bool {
 			return false
 		}
 	}
-	return true
+	return a.SameKubelet(b)
 }
 
 // DeleteNode forgets a node (its pods' records stay, in case it comes back).
@@ -228,6 +228,7 @@ func (c *Cache) bump(n *nodeEntry) {
 // selector has no UUID rule (their plans differ only in the UUIDs they name), unless the reason
 // names an unhealthy card (Reason.UUID). Models are interned so keys stay short.
 func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s.Cards)))
 	for i := range s.Cards {
 		card := &s.Cards[i]
 		id, ok := c.models[card.Model]
@@ -249,7 +250,7 @@ func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 			b = append(b, 0)
 		}
 	}
-	return b
+	return s.AppendKubeletKey(b)
 }
 
 // UpsertPod records what a pod holds from its assignment and allocation records, and the CPU and
