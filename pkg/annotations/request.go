@@ -75,10 +75,11 @@ type PodRequest struct {
 	Containers []ContainerRequest
 	// Guaranteed is true when the pod's QoS class is Guaranteed: the kubelet's static CPU manager
 	// then gives each container that asks for a whole number of CPUs that many CPUs of its own,
-	// and a TopologyManager policy aligns them with the container's cards.
+	// and a TopologyManager policy aligns them with the container's cards. Set by ReadCPUs.
 	Guaranteed bool
 	// CPUs lists, for a Guaranteed pod only, every container of the pod, GPU or not, in the
-	// kubelet's admission order (init containers, then app containers) with its CPU request.
+	// kubelet's admission order (init containers, then app containers) with its CPU request. Set
+	// by ReadCPUs.
 	CPUs []ContainerCPU
 }
 
@@ -128,19 +129,28 @@ func ParsePodRequest(pod *corev1.Pod, names ResourceNames) (PodRequest, error) {
 	for i := range pod.Spec.Containers {
 		add(&pod.Spec.Containers[i], false)
 	}
-	if req.Guaranteed = guaranteed(pod); req.Guaranteed && len(req.Containers) > 0 {
-		req.CPUs = make([]ContainerCPU, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
-		for i := range pod.Spec.InitContainers {
-			c := &pod.Spec.InitContainers[i]
-			side := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
-			req.CPUs = append(req.CPUs, ContainerCPU{Name: c.Name, Init: true, Sidecar: side, Milli: cpuRequest(c)})
-		}
-		for i := range pod.Spec.Containers {
-			c := &pod.Spec.Containers[i]
-			req.CPUs = append(req.CPUs, ContainerCPU{Name: c.Name, Milli: cpuRequest(c)})
-		}
-	}
 	return req, errors.Join(errs...)
+}
+
+// ReadCPUs sets Guaranteed and CPUs from the pod: what the kubelet's static CPU manager and its
+// TopologyManager read of it. ParsePodRequest leaves both empty; the extender calls ReadCPUs so that
+// nodes whose kubelet aligns CPUs with cards can be decided. CPUs stays empty for a pod that is not
+// Guaranteed or asks for no GPU.
+func (r *PodRequest) ReadCPUs(pod *corev1.Pod) {
+	r.CPUs = nil
+	if r.Guaranteed = guaranteed(pod); !r.Guaranteed || len(r.Containers) == 0 {
+		return
+	}
+	r.CPUs = make([]ContainerCPU, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		side := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		r.CPUs = append(r.CPUs, ContainerCPU{Name: c.Name, Init: true, Sidecar: side, Milli: cpuRequest(c)})
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		r.CPUs = append(r.CPUs, ContainerCPU{Name: c.Name, Milli: cpuRequest(c)})
+	}
 }
 
 // guaranteed reports whether the pod's QoS class is Guaranteed: the class the API server recorded

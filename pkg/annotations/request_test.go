@@ -497,7 +497,7 @@ func TestParseQuantity(t *testing.T) {
 	}
 }
 
-func TestParsePodRequestCPUs(t *testing.T) {
+func TestReadCPUs(t *testing.T) {
 	always := corev1.ContainerRestartPolicyAlways
 	gpu := func(name, cpu string) corev1.Container {
 		return ctr(name, res("nvidia.com/gpu", "1", "cpu", cpu, "memory", "1Gi"), nil)
@@ -558,6 +558,10 @@ func TestParsePodRequestCPUs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if got.Guaranteed || got.CPUs != nil {
+				t.Errorf("ParsePodRequest set Guaranteed %v, CPUs %v: only ReadCPUs does", got.Guaranteed, got.CPUs)
+			}
+			got.ReadCPUs(pod)
 			if got.Guaranteed != tt.wantG {
 				t.Errorf("Guaranteed = %v, want %v", got.Guaranteed, tt.wantG)
 			}
