@@ -36,7 +36,18 @@ func testCards(n int, model func(int) string) []nvidia.Card {
 	return cards
 }
 
+// testPlugin builds a plugin whose pod cache has synced: pods upserted afterwards arrive as through
+// the watch, in bind order.
 func testPlugin(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
+	t.Helper()
+	p := testPluginListing(t, cards, shares)
+	p.MarkSynced()
+	return p
+}
+
+// testPluginListing builds a plugin still in its initial listing: pods upserted are ordered by bind
+// time only (the builders' pods all have none, so their order is not certain).
+func testPluginListing(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 	t.Helper()
 	return newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: cards, Shares: shares, Topology: true,
 		Log: logr.Discard(), CacheWait: 20 * time.Millisecond})

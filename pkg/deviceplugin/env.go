@@ -41,8 +41,8 @@ func containerEnv(t *deviceTable, o outcome) map[string]string {
 	}
 	t.cudaOrder(uuids)
 	env := map[string]string{EnvVisibleDevices: strings.Join(uuids, ","), EnvCUDADeviceOrder: "PCI_BUS_ID"}
-	if o.Owner == nil {
-		return env
+	if o.Owner == nil || !o.Owner.Pod.HasAssignment {
+		return env // a pod Cardinal did not schedule: whole cards, no limits
 	}
 	req, ok := o.Owner.Pod.Requests[o.Owner.Name]
 	if !ok || !req.Shared {

@@ -45,6 +45,8 @@ type Plugin struct {
 	pods  map[types.UID]*podEntry
 	byKey map[string]types.UID
 	seq   uint64
+	// synced is set once the pod informer has synced (MarkSynced).
+	synced bool
 	// local holds what this process learned (its Allocate answers, PodResources) and has not yet
 	// seen come back on the pod, by pod and container.
 	local map[types.UID]map[string]annotations.ContainerAllocation
@@ -104,10 +106,10 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 	e := newPodEntry(pod, p.node, p.names)
 	p.mu.Lock()
 	if old, ok := p.pods[pod.UID]; ok {
-		e.seq = old.seq
+		e.seq, e.listed = old.seq, old.listed
 	} else {
 		p.seq++
-		e.seq = p.seq
+		e.seq, e.listed = p.seq, !p.synced
 	}
 	p.pods[pod.UID] = e
 	p.byKey[e.key()] = pod.UID
@@ -171,8 +173,8 @@ func (p *Plugin) Inventory() annotations.Inventory {
 	return p.table.inventory()
 }
 
-// holdersLocked lists every GPU container of the pods on this node, oldest pod first, containers in
-// the order the kubelet allocates them.
+// holdersLocked lists every GPU container of the pods on this node, in the order the kubelet admits
+// them (see admittedBefore), containers in the order the kubelet allocates them.
 func (p *Plugin) holdersLocked() []holder {
 	pods := make([]*podEntry, 0, len(p.pods))
 	for _, e := range p.pods {
@@ -180,7 +182,7 @@ func (p *Plugin) holdersLocked() []holder {
 			pods = append(pods, e)
 		}
 	}
-	sort.Slice(pods, func(i, j int) bool { return pods[i].seq < pods[j].seq })
+	sort.Slice(pods, func(i, j int) bool { return admittedBefore(pods[i], pods[j]) })
 	var hs []holder
 	for _, e := range pods {
 		for _, c := range e.Order {
@@ -188,14 +190,46 @@ func (p *Plugin) holdersLocked() []holder {
 			if e.Assignment != nil {
 				h.Assigned = e.Assignment.Container(c.Name)
 			}
-			_, h.Allocated = p.local[e.UID][c.Name]
-			if _, rec := e.Recorded[c.Name]; rec {
-				h.Allocated = true
+			if r, rec := e.Recorded[c.Name]; rec {
+				h.Allocated, h.Held = true, r.IDs
+			}
+			if l, ok := p.local[e.UID][c.Name]; ok {
+				h.Allocated, h.Held = true, l.IDs
 			}
 			hs = append(hs, h)
 		}
 	}
 	return hs
+}
+
+// admittedBefore orders pods as the kubelet admits them. The kubelet admits one pod at a time, in the
+// order its watch delivers the pods bound to its node; the plugin's informer reads the same stream
+// from the same API server, so the order the plugin first saw pods (seq) is that order. Pods the
+// plugin first saw together in its initial list (after a restart) arrive in name order instead, so
+// the bind time (PodScheduled, to the second) comes first and seq breaks ties.
+func admittedBefore(a, b *podEntry) bool {
+	if a.listed && b.listed && !a.bound.Equal(b.bound) {
+		return a.bound.Before(b.bound)
+	}
+	return a.seq < b.seq
+}
+
+// certainlyBefore reports whether the kubelet certainly admits a before b: both came through the
+// watch in that order, or a was listed at start and b came later, or both were listed and a was bound
+// in an earlier second. Pods listed together and bound in the same second are not ordered.
+func certainlyBefore(a, b *podEntry) bool {
+	if a.listed && b.listed {
+		return a.bound.Before(b.bound)
+	}
+	return admittedBefore(a, b)
+}
+
+// MarkSynced tells the plugin that its pod informer has synced: pods it sees from now on arrive in
+// bind order.
+func (p *Plugin) MarkSynced() {
+	p.mu.Lock()
+	p.synced = true
+	p.mu.Unlock()
 }
 
 // GetDevicePluginOptions implements the device plugin API.
@@ -265,18 +299,15 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			p.failed(aerr)
 			return nil, status.Error(codeOf(aerr.Reason), aerr.Error())
 		}
-		if o.Owner != nil {
-			// A later request in the same call must not match this container again.
-			o.Owner.Allocated = true
-		}
+		// A later request in the same call must not match this container again.
+		o.Owner.Allocated = true
 		served = append(served, o)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: containerEnv(p.table, o)})
 	}
 	var toRecord []types.UID
 	for _, o := range served {
-		if o.Owner == nil {
-			continue // a pod Cardinal did not schedule: PodResources reconciliation records it
-		}
+		// Pods Cardinal did not schedule are recorded too, at once: the extender counts them in flight
+		// until their record says which cards they hold (PodResources corrects a swap between two).
 		uid := o.Owner.Pod.UID
 		if p.local[uid] == nil {
 			p.local[uid] = map[string]annotations.ContainerAllocation{}
@@ -290,9 +321,9 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	result := "exact"
 	for _, o := range served {
 		switch {
-		case o.Owner == nil:
+		case !o.Owner.Pod.HasAssignment:
 			result = "unmanaged"
-			p.log.Info("allocated to a pod Cardinal did not schedule", logging.KeyDevices, o.IDs)
+			p.log.Info("allocated to a pod Cardinal did not schedule", logging.KeyPod, o.Owner.Pod.key(), logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
 		case !o.Exact:
 			result = "corrected"
 			p.log.Info("allocated other devices than assigned; record corrected", logging.KeyPod, o.Owner.Pod.key(),

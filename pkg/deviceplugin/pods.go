@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +21,10 @@ type podEntry struct {
 	// seq orders pods by when this plugin first saw them bound here (the kubelet admits pods in the
 	// order it sees them bound).
 	seq uint64
+	// bound is when the pod was bound (its PodScheduled condition; its creation when it has none), to
+	// the second: the order of pods the plugin first saw together in its initial list (listed).
+	bound  time.Time
+	listed bool
 	// Pending is true while the pod's phase is Pending: the kubelet has not started it yet.
 	Pending bool
 	// Gone is true for pods that ended (Succeeded, Failed) or are being deleted.
@@ -60,6 +65,12 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) 
 		Gone: pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
 			pod.DeletionTimestamp != nil,
 		Requests: map[string]annotations.ContainerRequest{},
+		bound:    pod.CreationTimestamp.Time,
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			e.bound = c.LastTransitionTime.Time
+		}
 	}
 	if v, ok := pod.Annotations[annotations.GPUAssignment]; ok {
 		e.HasAssignment = true
@@ -125,6 +136,8 @@ type holder struct {
 	// Allocated is true once the kubelet gave it devices (the plugin served Allocate, or the record or
 	// PodResources says so).
 	Allocated bool
+	// Held are the IDs the kubelet gave it, as far as the plugin knows (nil: not known).
+	Held []string
 }
 
 func (h *holder) String() string {

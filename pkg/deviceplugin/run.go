@@ -277,6 +277,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.Join(ctx.Err(), g.Wait())
 	}
 	synced.Store(true)
+	p.MarkSynced()
 	log.Info("pod and node caches synced")
 
 	g.Go(func() error { records.run(ctx); return nil })
