@@ -106,4 +106,3 @@ func (l cardLoads) misfit(t *deviceTable, h *holder, c int) string {
 	}
 	return ""
 }
-
