@@ -165,7 +165,9 @@ func (w *inventoryWriter) sync(ctx context.Context) error {
 		return fmt.Errorf("node %s is not registered yet", w.node)
 	}
 	if have == want {
-		w.written = want
+		// The Node shows the value: nothing of ours is in flight any more, so the next difference is
+		// drift (someone removed or edited the annotation) and is rewritten at once.
+		w.written = ""
 		return nil
 	}
 	if w.written == want {
