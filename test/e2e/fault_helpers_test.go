@@ -63,6 +63,7 @@ func (e *env) settle(t *testing.T, timeout time.Duration, names ...string) []str
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var byName map[string]*corev1.Pod
+	var outcome string
 	for {
 		if err := e.componentsAlive(); err != nil {
 			t.Fatalf("%v", err)
@@ -86,7 +87,15 @@ func (e *env) settle(t *testing.T, timeout time.Duration, names ...string) []str
 				failed = true
 			}
 		}
-		if running == len(names) || failed || time.Now().After(deadline) {
+		if running == len(names) {
+			break
+		}
+		if failed {
+			outcome = "a pod of the group failed"
+			break
+		}
+		if time.Now().After(deadline) {
+			outcome = "timed out after " + timeout.String()
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -102,7 +111,7 @@ func (e *env) settle(t *testing.T, timeout time.Duration, names ...string) []str
 		case p.Status.Phase == corev1.PodFailed:
 			t.Errorf("pod failed: %s", describe(p))
 		default:
-			t.Errorf("pod not Running after %s: %s", timeout, describe(p))
+			t.Errorf("pod not Running (%s): %s", outcome, describe(p))
 		}
 	}
 	return running

@@ -112,10 +112,35 @@ func sharedCards(prefix, model string, n int, memMiB int64) []*corev1.Pod {
 }
 
 // burst fills node-a's 8 A100s with whole-card pods and packs node-b's H100s with 8 pods of 40000
-// MiB (two fit a card): a card given twice shows as a kubelet refusal, a mismatch with
-// PodResources, or memory overbooked; a card lost to a leaked reservation as a pod left Pending.
-func burst(prefix string) []*corev1.Pod {
-	return append(wholeCards(prefix+"-a", "A100", 8), sharedCards(prefix+"-b", "H100", 8, 40000)...)
+// MiB (two fit a card), in two waves of half each: the first meets the fault, the second comes
+// once every bind of the first has been answered (quiesce), and needs exactly the cards the first
+// left. A card given twice shows as a kubelet refusal, a mismatch with PodResources, or memory
+// overbooked; a card lost to a leaked reservation, or a committed pod the extender forgot, as a pod
+// of the second wave left Pending or double-booked.
+func burst(prefix string) (first, second []*corev1.Pod) {
+	a := wholeCards(prefix+"-a", "A100", 8)
+	b := sharedCards(prefix+"-b", "H100", 8, 40000)
+	first = append(slices.Clone(a[:4]), b[:4]...)
+	second = append(slices.Clone(a[4:]), b[4:]...)
+	return first, second
+}
+
+// quiesce waits until no bind call is in flight through the extender proxy and no Binding through
+// the API proxy: the extender has settled every outcome of the first wave.
+func (f *faultEnv) quiesce(t *testing.T) {
+	t.Helper()
+	stack.Wait(t, faultTimeout, "every bind call and Binding answered", func() (bool, string, error) {
+		a, b := f.front.InFlight(), f.api.InFlight()
+		return a == 0 && b == 0, fmt.Sprintf("%d bind calls, %d Bindings in flight", a, b), nil
+	})
+}
+
+// secondWave creates the second wave and checks the invariants over both.
+func (f *faultEnv) secondWave(t *testing.T, first, second []*corev1.Pod) {
+	t.Helper()
+	f.quiesce(t)
+	f.createAll(t, second...)
+	f.checkInvariants(t, f.settle(t, runTimeout, append(podNames(first), podNames(second)...)...))
 }
 
 // testMixedBurst30 creates 30 pods at once with different requests and selectors, all of which
@@ -177,28 +202,27 @@ func testMixedBurst30(t *testing.T, f *faultEnv) {
 
 // testBindingRepliesLost lets the API server commit Bindings whose replies the extender then does
 // not get: a 504, a closed connection, a reply held past kube-scheduler's timeout for the bind
-// call, twice each, during a burst.
+// call, twice each, in the first wave of a burst.
 func testBindingRepliesLost(t *testing.T, f *faultEnv) {
-	e := f.env
 	faults := []stack.BindingFault{
 		{Status: http.StatusGatewayTimeout}, {Drop: true}, {Delay: bindReplyDelay},
 		{Status: http.StatusGatewayTimeout}, {Drop: true}, {Delay: bindReplyDelay},
 	}
 	f.api.FaultBindings(faults...)
-	pods := burst("lost")
-	e.createAll(t, pods...)
+	first, second := burst("lost")
+	f.createAll(t, first...)
 	stack.Wait(t, faultTimeout, "every Binding fault applied", func() (bool, string, error) {
 		return f.api.Pending() == 0, fmt.Sprintf("%d of %d faults left", f.api.Pending(), len(faults)), nil
 	})
 	for i, pod := range f.api.Faulted() {
 		t.Logf("binding of %s committed, reply: %s", pod, faults[i])
 	}
-	e.checkInvariants(t, e.settle(t, runTimeout, podNames(pods)...))
+	f.secondWave(t, first, second)
 }
 
 // testExtenderKilledAfterCommit kills the extender (SIGKILL) the moment the API server has
-// committed a Binding of a burst, before the reply reaches it; Bindings the dead extender had
-// already sent commit too. The extender restarts and rebuilds its state from the API server.
+// committed a Binding of the first wave, before the reply reaches it; Bindings the dead extender
+// had already sent commit too. The extender restarts and rebuilds its state from the API server.
 func testExtenderKilledAfterCommit(t *testing.T, f *faultEnv) {
 	e := f.env
 	killed := make(chan error, 1)
@@ -209,30 +233,30 @@ func testExtenderKilledAfterCommit(t *testing.T, f *faultEnv) {
 		}
 		killed <- err
 	}})
-	pods := burst("killc")
-	e.createAll(t, pods...)
+	first, second := burst("killc")
+	e.createAll(t, first...)
 	t.Logf("extender: %v", waitChannel(t, killed, faultTimeout, "a Binding to commit"))
 	e.Extender.Restart(t)
 	e.WaitHTTP(t, e.Extender, e.ExtenderURL+"/readyz")
-	e.checkInvariants(t, e.settle(t, runTimeout, podNames(pods)...))
+	f.secondWave(t, first, second)
 }
 
 // testExtenderKilledBeforeBind kills the extender (SIGKILL) when kube-scheduler sends the first bind
-// call of a burst, after the extender has answered that pod's filter (and others'); the bind call
-// then finds it gone. The extender restarts.
+// call of the first wave, after the extender has answered that pod's filter (and others'); the
+// bind call then finds it gone. The extender restarts.
 func testExtenderKilledBeforeBind(t *testing.T, f *faultEnv) {
 	e := f.env
 	killed := make(chan error, 1)
 	binds := f.front.Binds()
 	f.front.BeforeBinds(func() { killed <- stack.Kill(e.Extender) })
-	pods := burst("killb")
-	e.createAll(t, pods...)
+	first, second := burst("killb")
+	e.createAll(t, first...)
 	if err := waitChannel(t, killed, faultTimeout, "a bind call"); err != nil {
 		t.Fatalf("%v", err)
 	}
 	e.Extender.Restart(t)
 	e.WaitHTTP(t, e.Extender, e.ExtenderURL+"/readyz")
-	e.checkInvariants(t, e.settle(t, runTimeout, podNames(pods)...))
+	f.secondWave(t, first, second)
 	t.Logf("bind calls through the proxy: %d", f.front.Binds()-binds)
 }
 
@@ -405,17 +429,10 @@ func waitOffBus(t *testing.T, e *env, lost stack.Card) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var lines []string
-	for line := range strings.Lines(e.Plugins[nodeA].Tail(400)) {
-		if strings.Contains(line, "simulat") || strings.Contains(line, lost.UUID) {
-			lines = append(lines, strings.TrimSpace(line))
-		}
-	}
-	if len(lines) > 10 {
-		lines = lines[len(lines)-10:]
-	}
-	t.Fatalf("card %s with `fault: lost` is not off the bus after %s: %s; node-a plugin log:\n%s",
-		lost.UUID, offBusTimeout, state, strings.Join(lines, "\n"))
+	t.Fatalf("card %s with `fault: lost` is not off the bus after %s: %s\nnode-a plugin log:\n%s\nnode-a kubelet log:\n%s",
+		lost.UUID, offBusTimeout, state,
+		grepLog(e.Plugins[nodeA].Tail(3000), 25, "still unhealthy", "simulat", "health", "regist", "ListAndWatch", "inventory", "error"),
+		grepLog(e.Kubelets[nodeA].Process.Tail(3000), 15, "", "nvidia.com/gpu", "device", "plugin"))
 }
 
 // offBusState is "" once the lost card shows as off the bus, else what is still missing.
@@ -453,4 +470,24 @@ func offBusState(e *env, lost stack.Card) string {
 		return fmt.Sprintf("node allocatable %s is %s", e.Names.GPU, q.String())
 	}
 	return ""
+}
+
+// grepLog returns the last n lines of log that contain one of words and not skip ("" skips nothing).
+func grepLog(log string, n int, skip string, words ...string) string {
+	var lines []string
+	for line := range strings.Lines(log) {
+		if skip != "" && strings.Contains(line, skip) {
+			continue
+		}
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				lines = append(lines, strings.TrimSpace(line))
+				break
+			}
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

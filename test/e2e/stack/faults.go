@@ -33,7 +33,7 @@ func (s *Stack) Interpose(t cluster.TB) (*APIProxy, *ExtenderProxy) {
 	if err != nil {
 		t.Fatalf("API server CA: %v", err)
 	}
-	api, err := NewAPIProxy(s.Cluster.APIServerURL, ca)
+	api, err := NewAPIProxy(s.Cluster.APIServerURL, ca, filepath.Join(s.Cluster.Dir, "api-proxy-certs"))
 	if err != nil {
 		t.Fatalf("API proxy: %v", err)
 	}
@@ -42,7 +42,7 @@ func (s *Stack) Interpose(t cluster.TB) (*APIProxy, *ExtenderProxy) {
 	if !ok {
 		t.Fatalf("the extender runs without --kubeconfig: %v", args)
 	}
-	proxied, err := proxiedKubeconfig(kc, api.URL)
+	proxied, err := proxiedKubeconfig(kc, api.URL, api.CA)
 	if err != nil {
 		t.Fatalf("extender kubeconfig through the proxy: %v", err)
 	}
@@ -65,15 +65,15 @@ func (s *Stack) Interpose(t cluster.TB) (*APIProxy, *ExtenderProxy) {
 }
 
 // proxiedKubeconfig writes a copy of the kubeconfig at path that reaches the API server through
-// proxyURL (plain HTTP on loopback; the token is kept) and returns its path.
-func proxiedKubeconfig(path, proxyURL string) (string, error) {
+// proxyURL, trusting proxyCA (the token is kept), and returns its path.
+func proxiedKubeconfig(path, proxyURL string, proxyCA []byte) (string, error) {
 	cfg, err := clientcmd.LoadFromFile(path)
 	if err != nil {
 		return "", err
 	}
 	for _, c := range cfg.Clusters {
 		c.Server = proxyURL
-		c.CertificateAuthorityData = nil
+		c.CertificateAuthorityData = proxyCA
 		c.CertificateAuthority = ""
 	}
 	out := strings.TrimSuffix(path, ".kubeconfig") + "-proxied.kubeconfig"

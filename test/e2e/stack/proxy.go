@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cardinal-gpu/cardinal/test/cluster"
 )
 
 // bindingPath matches the Binding subresource of a pod: POST …/namespaces/<ns>/pods/<name>/binding.
@@ -58,23 +61,28 @@ func (f BindingFault) String() string {
 
 // APIProxy is a loopback reverse proxy in front of the API server for one client (the extender): it
 // passes everything through (watches streamed), and applies queued BindingFaults to the replies of
-// committed Bindings, one fault per Binding, in order. It serves plain HTTP; the client's token
-// passes through to the API server, which authenticates it as before.
+// committed Bindings, one fault per Binding, in order. It serves HTTPS (client-go sends a token
+// only over TLS) with HTTP/1.1 only, so that a dropped reply closes a real connection; the client's
+// token passes through to the API server, which authenticates it as before.
 type APIProxy struct {
 	URL string
+	// CA is the PEM of the CA that signed the proxy's serving certificate.
+	CA []byte
 
 	target    *url.URL
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
 	srv       *http.Server
 
-	mu      sync.Mutex
-	queue   []BindingFault
-	faulted []string // pods whose Binding reply was faulted, in order
+	mu       sync.Mutex
+	queue    []BindingFault
+	faulted  []string // pods whose Binding reply was faulted, in order
+	inFlight int      // Bindings received and not yet answered
 }
 
-// NewAPIProxy starts a proxy to the API server at target (https), trusting caPEM.
-func NewAPIProxy(target string, caPEM []byte) (*APIProxy, error) {
+// NewAPIProxy starts a proxy to the API server at target (https), trusting caPEM; its serving
+// certificate and key are written into certDir.
+func NewAPIProxy(target string, caPEM []byte, certDir string) (*APIProxy, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
@@ -89,18 +97,29 @@ func NewAPIProxy(target string, caPEM []byte) (*APIProxy, error) {
 		MaxIdleConnsPerHost: 100,
 		IdleConnTimeout:     90 * time.Second,
 	}
+	proxyCA, err := cluster.WriteServingCert(certDir, 24*time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("API proxy certificate: %w", err)
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "tls.crt"), filepath.Join(certDir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("API proxy certificate: %w", err)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &APIProxy{URL: "http://" + l.Addr().String(), target: u, transport: tr}
+	p := &APIProxy{URL: "https://" + l.Addr().String(), CA: proxyCA, target: u, transport: tr}
 	p.proxy = &httputil.ReverseProxy{
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(u) },
 		Transport:     tr,
 		FlushInterval: -1, // watches stream event by event
 	}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = p.srv.Serve(l) }()
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:    &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}, // HTTP/1.1 only
+	}
+	go func() { _ = p.srv.ServeTLS(l, "", "") }()
 	return p, nil
 }
 
@@ -131,6 +150,13 @@ func (p *APIProxy) Faulted() []string {
 	return append([]string(nil), p.faulted...)
 }
 
+// InFlight is how many Bindings the proxy has received and not yet answered (or dropped).
+func (p *APIProxy) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inFlight
+}
+
 // Clear drops the faults still queued.
 func (p *APIProxy) Clear() {
 	p.mu.Lock()
@@ -144,6 +170,14 @@ func (p *APIProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.proxy.ServeHTTP(w, r)
 		return
 	}
+	p.mu.Lock()
+	p.inFlight++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.inFlight--
+		p.mu.Unlock()
+	}()
 	p.binding(w, r, m[1])
 }
 
@@ -235,6 +269,7 @@ type ExtenderProxy struct {
 	mu         sync.Mutex
 	beforeBind []func()
 	binds      int
+	inFlight   int // bind calls forwarded and not yet answered
 }
 
 // newExtenderProxy serves on addr (retrying while the port is being freed) and forwards to backend.
@@ -282,6 +317,13 @@ func (p *ExtenderProxy) Binds() int {
 	return p.binds
 }
 
+// InFlight is how many bind calls are being forwarded now.
+func (p *ExtenderProxy) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inFlight
+}
+
 // Close stops the proxy.
 func (p *ExtenderProxy) Close() { _ = p.srv.Close() }
 
@@ -289,12 +331,18 @@ func (p *ExtenderProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/bind") {
 		p.mu.Lock()
 		p.binds++
+		p.inFlight++
 		var hook func()
 		if len(p.beforeBind) > 0 {
 			hook = p.beforeBind[0]
 			p.beforeBind = p.beforeBind[1:]
 		}
 		p.mu.Unlock()
+		defer func() {
+			p.mu.Lock()
+			p.inFlight--
+			p.mu.Unlock()
+		}()
 		if hook != nil {
 			hook()
 		}

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"io"
 	"net/http"
@@ -43,18 +45,20 @@ func post(c *http.Client, url string) (int, error) {
 
 func TestAPIProxyFaultsCommittedBindingsInOrder(t *testing.T) {
 	srv, commits, ca := fakeAPIServer(t)
-	p, err := NewAPIProxy(srv.URL, ca)
+	p, err := NewAPIProxy(srv.URL, ca, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(p.CA)
 	var hooked []string
 	p.FaultBindings(
 		BindingFault{Status: http.StatusGatewayTimeout, Then: func(pod string) { hooked = append(hooked, pod) }},
 		BindingFault{Drop: true},
 		BindingFault{Delay: 300 * time.Millisecond},
 	)
-	client := &http.Client{Timeout: 100 * time.Millisecond}
+	client := &http.Client{Timeout: 100 * time.Millisecond, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	binding := func(pod string) string { return p.URL + "/api/v1/namespaces/ns/pods/" + pod + "/binding" }
 
 	// 504 although the write committed.
