@@ -19,9 +19,18 @@ type advertised struct {
 	Slot int
 }
 
-// deviceTable is the node's cards and the device IDs that stand for them. The set of cards and IDs is
-// fixed at start; only health changes (under Plugin.mu).
+// deviceTable is the node's cards and the device IDs that stand for them. The set of cards and
+// configured IDs is fixed at start; health, and the IDs held from an earlier share count, change
+// (under Plugin.mu).
 type deviceTable struct {
+	// shares is the configured share count.
+	shares int
+	// extra are IDs pods hold that the configured share count does not advertise (the plugin ran
+	// with another --shares when they were allocated): advertised while held, so the kubelet keeps
+	// counting them as allocated. withheld are configured IDs advertised Unhealthy meanwhile, so that
+	// the kubelet cannot hand out a card that is held whole, or more sharers than shares.
+	extra    []advertised
+	withheld map[string]bool
 	cards []annotations.GPU
 	// bus is each card's PCI bus id (sysfs form; "" when unknown), by the index of cards.
 	bus     []string
@@ -34,7 +43,7 @@ type deviceTable struct {
 // without a UUID cannot be advertised at all and is left out (namedCards gives it its old name when
 // the Node's inventory still has it).
 func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
-	t := &deviceTable{byUUID: map[string]int{}, devices: map[string]advertised{}}
+	t := &deviceTable{byUUID: map[string]int{}, devices: map[string]advertised{}, shares: shares, withheld: map[string]bool{}}
 	for _, c := range cards {
 		if c.UUID == "" {
 			continue
@@ -67,11 +76,15 @@ func (t *deviceTable) card(id string) *annotations.GPU {
 // pluginDevices is the ListAndWatch answer: every ID with its card's health and, when topology is
 // on and the NUMA node is known, its TopologyInfo.
 func (t *deviceTable) pluginDevices(topology bool) []*pluginapi.Device {
-	out := make([]*pluginapi.Device, 0, len(t.order))
-	for _, id := range t.order {
+	out := make([]*pluginapi.Device, 0, len(t.order)+len(t.extra))
+	ids := slices.Clone(t.order)
+	for _, e := range t.extra {
+		ids = append(ids, e.ID)
+	}
+	for _, id := range ids {
 		c := &t.cards[t.devices[id].Card]
 		d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
-		if !c.Healthy {
+		if !c.Healthy || t.withheld[id] {
 			d.Health = pluginapi.Unhealthy
 		}
 		if topology && c.NUMA >= 0 {
@@ -137,4 +150,72 @@ func (t *deviceTable) cudaOrder(uuids []string) {
 		}
 		return t.cards[i].Index - t.cards[j].Index
 	})
+}
+
+// setHeld adapts the table to the IDs pods hold (as the kubelet gave them: records, Allocate answers,
+// PodResources) after a change of the share count, and reports whether what is advertised changed:
+//   - a held ID the configured count does not advertise (the whole card <UUID> under shares N > 1, or
+//     a slot <UUID>::k with k >= N, or any slot under shares 1) is advertised as long as it is held;
+//   - a card held whole that way has every configured ID withheld (advertised Unhealthy);
+//   - under shares N > 1, each held slot beyond N withholds one free configured slot of the card
+//     (the highest first), so no more than N pods share it;
+//   - under shares 1, a card with held slots has its UUID withheld.
+//
+// When the holders end, the IDs go and the withheld ones come back.
+func (t *deviceTable) setHeld(held map[string]bool) bool {
+	var extra []advertised
+	withheld := map[string]bool{}
+	perCard := map[int][]advertised{}
+	for id := range held {
+		if _, configured := t.devices[id]; configured && !t.isExtra(id) {
+			continue
+		}
+		u, slot, err := annotations.ParseDeviceID(id)
+		if err != nil {
+			continue
+		}
+		c, ok := t.byUUID[u]
+		if !ok {
+			continue
+		}
+		a := advertised{ID: id, Card: c, Slot: slot}
+		extra = append(extra, a)
+		perCard[c] = append(perCard[c], a)
+	}
+	slices.SortFunc(extra, func(a, b advertised) int { return strings.Compare(a.ID, b.ID) })
+	for c, held0 := range perCard {
+		ids := t.cards[c].DeviceIDs()
+		whole := slices.ContainsFunc(held0, func(a advertised) bool { return a.Slot < 0 })
+		if whole || t.shares <= 1 {
+			for _, id := range ids {
+				withheld[id] = true
+			}
+			continue
+		}
+		n := len(held0)
+		for k := len(ids) - 1; k >= 0 && n > 0; k-- {
+			if !held[ids[k]] {
+				withheld[ids[k]] = true
+				n--
+			}
+		}
+	}
+	changed := !slices.Equal(extra, t.extra) || len(withheld) != len(t.withheld)
+	for id := range withheld {
+		changed = changed || !t.withheld[id]
+	}
+	for _, e := range t.extra {
+		if !slices.Contains(extra, e) {
+			delete(t.devices, e.ID)
+		}
+	}
+	for _, e := range extra {
+		t.devices[e.ID] = e
+	}
+	t.extra, t.withheld = extra, withheld
+	return changed
+}
+
+func (t *deviceTable) isExtra(id string) bool {
+	return slices.ContainsFunc(t.extra, func(a advertised) bool { return a.ID == id })
 }

@@ -126,6 +126,7 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 			delete(p.local, pod.UID)
 		}
 	}
+	p.refreshHeldLocked()
 	p.mu.Unlock()
 }
 
@@ -139,7 +140,24 @@ func (p *Plugin) DeletePod(pod *corev1.Pod) {
 		delete(p.pods, pod.UID)
 	}
 	delete(p.local, pod.UID)
+	p.refreshHeldLocked()
 	p.mu.Unlock()
+}
+
+// refreshHeldLocked adapts the advertised IDs to the IDs pods hold (deviceTable.setHeld) and wakes
+// ListAndWatch when that changes what the kubelet sees.
+func (p *Plugin) refreshHeldLocked() {
+	held := map[string]bool{}
+	for _, h := range p.holdersLocked() {
+		for _, id := range h.Held {
+			held[id] = true
+		}
+	}
+	if p.table.setHeld(held) {
+		close(p.changed)
+		p.changed = make(chan struct{})
+		p.log.Info("IDs held from another share count", "extra", len(p.table.extra), "withheld", len(p.table.withheld))
+	}
 }
 
 // SetHealth applies a health change; it reports whether anything changed. A card that is already
@@ -443,6 +461,7 @@ func (p *Plugin) pendingRecord(uid types.UID) (e podEntry, rec annotations.Alloc
 func (p *Plugin) applyPodResources(list *podresourcesapi.ListPodResourcesResponse) []types.UID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer p.refreshHeldLocked()
 	var out []types.UID
 	for _, pr := range list.GetPodResources() {
 		uid, ok := p.byKey[pr.GetNamespace()+"/"+pr.GetName()]
