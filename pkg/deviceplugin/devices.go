@@ -31,7 +31,7 @@ type deviceTable struct {
 	// the kubelet cannot hand out a card that is held whole, or more sharers than shares.
 	extra    []advertised
 	withheld map[string]bool
-	cards []annotations.GPU
+	cards    []annotations.GPU
 	// bus is each card's PCI bus id (sysfs form; "" when unknown), by the index of cards.
 	bus     []string
 	byUUID  map[string]int
