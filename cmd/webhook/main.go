@@ -19,6 +19,7 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/kubeconfig"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 	"github.com/cardinal-gpu/cardinal/pkg/webhook"
+	"github.com/cardinal-gpu/cardinal/pkg/webhook/certs"
 )
 
 const help = `webhook: Cardinal's admission webhook for pods and workloads.
@@ -35,6 +36,14 @@ template those rules refuse are refused too. It watches Nodes (list/watch) for t
 Register it with the Mutating- and ValidatingWebhookConfiguration of pkg/webhook (the chart ships
 them).
 
+Certificates: with --cert-secret the webhook manages its own. It keeps a CA and a serving certificate
+for --cert-hosts in that Secret, serves the certificate from memory, and sets the CA bundle on both
+configurations named --webhook-configuration. The serving certificate is renewed at 2/3 of
+--cert-lifetime. A new CA joins the bundle at half of --ca-lifetime and signs from 2/3 on. Old CAs stay
+trusted until they expire. Replicas share the Secret and update it optimistically, so they never
+fight. Without --cert-secret it serves tls.crt and tls.key from --cert-dir (cert-manager, or a
+certificate from the chart), reloaded when they change.
+
 Flags:
 `
 
@@ -49,13 +58,14 @@ func run() error {
 	cfg := webhook.Config{Resources: annotations.DefaultResourceNames()}
 	logOpts := logging.Options{}
 	var kubeconfigPath string
+	var certCfg certs.Config
 	fs := pflag.NewFlagSet("webhook", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, help)
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); pods are admitted at "+webhook.Path+", workloads at "+webhook.WorkloadsPath)
-	fs.StringVar(&cfg.CertDir, "cert-dir", "/etc/cardinal/webhook/certs", "folder holding tls.crt and tls.key for --listen; reloaded when they change")
+	fs.StringVar(&cfg.CertDir, "cert-dir", "/etc/cardinal/webhook/certs", "folder holding tls.crt and tls.key for --listen; reloaded when they change (unused with --cert-secret)")
 	fs.StringVar(&cfg.HealthListen, "health-listen", ":8081", "address of /healthz and /readyz (ready once serving and the nodes are listed); empty disables")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":8080", "address of /metrics (admission latency, decisions by outcome); empty disables")
 	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
@@ -64,6 +74,7 @@ func run() error {
 		"comma list of system:serviceaccount:<namespace>:<name> allowed to add, change or remove Cardinal's internal pod annotations (the extender's and the device plugin's)")
 	fs.StringSliceVar(&cfg.DeviceEnvNamespaces, "device-env-namespaces", webhook.DefaultDeviceEnvNamespaces(),
 		"comma list of namespaces whose pods may set the device variables ("+strings.Join(webhook.DeviceEnvNames(), ", ")+"); empty: none")
+	certCfg.AddFlags(fs)
 	logOpts.AddFlags(fs)
 	cfg.Resources.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -87,6 +98,9 @@ func run() error {
 	cfg.Client, err = kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	if certCfg.SecretName != "" {
+		cfg.Certificates = &certCfg
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

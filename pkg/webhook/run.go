@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -22,14 +23,20 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/webhook/certs"
 )
 
 // Config is everything Run needs.
 type Config struct {
 	// Listen is the TLS address of the webhook (host:port; the port must be set).
 	Listen string
-	// CertDir holds tls.crt and tls.key; they are reloaded when they change.
+	// CertDir holds tls.crt and tls.key; they are reloaded when they change. Unused with
+	// Certificates.
 	CertDir string
+	// Certificates, when set, makes the webhook manage its own serving certificate and the webhook
+	// configurations' caBundle (package certs) instead of reading CertDir. Its Client and Logger
+	// default to the ones below.
+	Certificates *certs.Config
 	// HealthListen serves /healthz and /readyz; empty disables it.
 	HealthListen string
 	// MetricsListen serves /metrics; empty disables it.
@@ -60,7 +67,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--listen: %w", err)
 	}
 	switch {
-	case c.CertDir == "":
+	case c.CertDir == "" && c.Certificates == nil:
 		return errors.New("--cert-dir is empty")
 	case c.SchedulerName == "":
 		return errors.New("--scheduler-name is empty")
@@ -82,7 +89,25 @@ func (c *Config) validate() error {
 	if err := c.Resources.Validate(); err != nil {
 		return fmt.Errorf("--resource-*: %w", err)
 	}
+	if c.Certificates != nil {
+		cc := c.certificates()
+		if err := cc.Validate(); err != nil {
+			return fmt.Errorf("certificates: %w", err)
+		}
+	}
 	return nil
+}
+
+// certificates is Certificates with the client and logger defaulted.
+func (c *Config) certificates() certs.Config {
+	cc := *c.Certificates
+	if cc.Client == nil {
+		cc.Client = c.Client
+	}
+	if cc.Logger.GetSink() == nil {
+		cc.Logger = c.Logger.WithName("certificates")
+	}
+	return cc
 }
 
 func splitHostPort(addr string) (string, int, error) {
@@ -126,12 +151,24 @@ func Run(ctx context.Context, cfg Config) error {
 	rules := &Rules{SchedulerName: cfg.SchedulerName, Resources: cfg.Resources, TrustedUsers: cfg.TrustedServiceAccounts,
 		DeviceEnvNamespaces: cfg.DeviceEnvNamespaces}
 	host, port, _ := splitHostPort(cfg.Listen)
-	server := crwebhook.NewServer(crwebhook.Options{Host: host, Port: port, CertDir: cfg.CertDir})
+	opts := crwebhook.Options{Host: host, Port: port, CertDir: cfg.CertDir}
+	var rotator *certs.Rotator
+	if cfg.Certificates != nil {
+		if rotator, err = certs.New(cfg.certificates()); err != nil {
+			return err
+		}
+		// The server asks the rotator at every handshake; no files are read.
+		opts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate }}
+	}
+	server := crwebhook.NewServer(opts)
 	server.Register(Path, NewHandler(rules, nodes, metrics).Webhook(log.WithName("admission")))
 	server.Register(WorkloadsPath, NewWorkloadHandler(rules, nodes, metrics).Webhook(log.WithName("workloads")))
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { nodes.Run(ctx); return nil })
+	if rotator != nil {
+		g.Go(func() error { return rotator.Run(ctx) })
+	}
 	g.Go(func() error {
 		if err := server.Start(ctx); err != nil {
 			return fmt.Errorf("webhook server: %w", err)
@@ -146,7 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 			mux.Handle(path+"/", http.StripPrefix(path, h)) // one check by name: /readyz/nodes-synced
 		}
 		handle("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}})
-		handle("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{
+		ready := map[string]healthz.Checker{
 			"webhook-server": started,
 			"nodes-synced": func(*http.Request) error {
 				if !nodes.HasSynced() {
@@ -154,7 +191,11 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 				return nil
 			},
-		}})
+		}
+		if rotator != nil {
+			ready["certificates"] = rotator.Ready
+		}
+		handle("/readyz", &healthz.Handler{Checks: ready})
 		g.Go(func() error { return serve(ctx, "health", cfg.HealthListen, mux) })
 	}
 	if cfg.MetricsListen != "" {

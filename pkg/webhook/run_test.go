@@ -3,11 +3,20 @@ package webhook
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/webhook/certs"
 )
+
+// selfManaged are the chart's self-managed certificate settings.
+func selfManaged() *certs.Config {
+	return &certs.Config{Namespace: "cardinal-system", SecretName: "cardinal-webhook-certs", WebhookConfiguration: "cardinal-webhook",
+		Hosts: []string{"cardinal-webhook.cardinal-system.svc"}, CertLifetime: 90 * 24 * time.Hour, CALifetime: 5 * 365 * 24 * time.Hour,
+		CheckInterval: time.Minute}
+}
 
 func TestConfigValidate(t *testing.T) {
 	valid := func() Config {
@@ -34,6 +43,12 @@ func TestConfigValidate(t *testing.T) {
 		}, "is not system:serviceaccount"},
 		{"a namespace allowed device variables", func(c *Config) { c.DeviceEnvNamespaces = []string{"gpu-operator", "kube-system"} }, ""},
 		{"a device-env namespace that is no name", func(c *Config) { c.DeviceEnvNamespaces = []string{"GPU Operator"} }, `--device-env-namespaces: "GPU Operator" is not a namespace name`},
+		{"self-managed certificates need no cert dir", func(c *Config) { c.CertDir = ""; c.Certificates = selfManaged() }, ""},
+		{"self-managed certificates checked too rarely", func(c *Config) {
+			c.Certificates = selfManaged()
+			c.Certificates.CheckInterval = 16 * 24 * time.Hour
+		}, "certificates: --cert-check-interval 384h0m0s must be positive and at most a sixth of --cert-lifetime (360h0m0s)"},
+		{"self-managed certificates for no host", func(c *Config) { c.Certificates = selfManaged(); c.Certificates.Hosts = nil }, "--cert-hosts is empty"},
 		{"a resource name used twice", func(c *Config) { c.Resources.Cores = c.Resources.Mem }, "used twice"},
 	}
 	for _, tt := range tests {
