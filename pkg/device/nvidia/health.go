@@ -308,13 +308,14 @@ func (h *healthState) handleEvent(ev nvml.EventData, now time.Time) {
 	if w.permanent {
 		return
 	}
-	h.unhealthy(w, now, HealthEvent{UUID: u, Xid: xid, ResetRequired: reset, Reason: reason})
+	// Look at once, before anyone hears of the fault: a card that is off the bus now and answers
+	// later has been reset.
+	lost := false
 	if reset {
-		// Look at once: a card that is off the bus now and answers later has been reset.
-		if lost, _ := probe(h.lib, w); lost {
-			w.wentLost = true
-		}
+		lost, _ = probe(h.lib, w)
 	}
+	h.unhealthy(w, now, HealthEvent{UUID: u, Xid: xid, ResetRequired: reset, Reason: reason})
+	w.wentLost = w.wentLost || lost
 }
 
 // probe asks NVML for the card's UUID, a live reading (temperature) and pending row remaps; a card
