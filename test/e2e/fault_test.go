@@ -296,7 +296,35 @@ func testKubeletRestartMidBurst(t *testing.T, f *faultEnv) {
 	if err := waitChannel(t, created, apiTimeout, "the second half created"); err != nil {
 		t.Fatalf("%v", err)
 	}
-	e.checkInvariants(t, e.settle(t, runTimeout, podNames(pods)...))
+	running := e.settle(t, runTimeout, podNames(pods)...)
+	e.checkInvariants(t, running)
+	if len(running) != len(pods) {
+		return
+	}
+	// Whatever the kubelet did, node-a is full: free one card, and the next pod must get exactly
+	// the card the kubelet freed (a stale record would send it to a card still held).
+	freed := e.truthQuiet(t, "kr-4")
+	e.delete(t, "kr-4")
+	e.create(t, pod("kr-8", map[string]string{annotations.UseGPUType: "A100"}))
+	e.settle(t, runTimeout, "kr-8")
+	h := e.truth(t, "kr-8")
+	if got := h["kr-8/main"].IDs; !slices.Equal(got, freed) {
+		t.Errorf("kr-8 got %v, want the devices the kubelet freed with kr-4, %v", got, freed)
+	}
+	e.noDoubleBooking(t, nodeA)
+	e.noMixedHolders(t, nodeA)
+	e.noFailedPods(t)
+}
+
+// truthQuiet returns the devices the kubelet's PodResources gives the main container of a pod.
+func (e *env) truthQuiet(t *testing.T, name string) []string {
+	t.Helper()
+	p := e.get(t, name)
+	devs, err := e.Devices(ctx(t), p.Spec.NodeName)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return devs[stack.ContainerRef{Namespace: namespace, Pod: name, Container: "main"}]
 }
 
 // testPluginKilledMidAdmission kills node-a's device plugin (SIGKILL) as soon as it has answered
@@ -329,6 +357,8 @@ func testSharesUpgrade(t *testing.T, f *faultEnv) {
 		e.HelmUpgrade(t, "devicePlugin.shares=1")
 		e.SetPluginShares(t, nodeA, 1)
 		e.SetPluginShares(t, nodeB, 8)
+		e.WaitAdvertised(t, nodeA)
+		e.WaitAdvertised(t, nodeB)
 	})
 	var all []string
 	phase := func(pods ...*corev1.Pod) {

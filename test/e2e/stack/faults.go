@@ -176,7 +176,10 @@ func (s *Stack) RollPlugin(t cluster.TB, node string) int {
 }
 
 // SetPluginShares restarts node's plugin with --shares=shares (the stack's own per-node setting, as
-// at Start) and waits until the node advertises them.
+// at Start) and waits until it has registered, the inventory gives every card shares, and the
+// Node's allocatable count equals the devices the kubelet offers. It does not ask for a number of
+// devices: with pods holding IDs of the old share count the plugin may withhold some (WaitAdvertised
+// asks for all, once no pod holds any).
 func (s *Stack) SetPluginShares(t cluster.TB, node string, shares int) {
 	t.Helper()
 	p := s.Plugins[node]
@@ -187,7 +190,35 @@ func (s *Stack) SetPluginShares(t cluster.TB, node string, shares int) {
 	s.nodeShare[node] = shares
 	p.RestartWith(t, setFlag(args, "--shares", strconv.Itoa(shares))...)
 	s.waitRegistrations(t, node, 1)
-	s.WaitAdvertised(t, node)
+	Wait(t, readyTimeout, fmt.Sprintf("node %s advertising shares %d", node, shares), func() (bool, string, error) {
+		if exited, err := p.Exited(); exited {
+			return false, "", fmt.Errorf("%s exited (%s); last lines:\n%s", p.Name, fmt.Sprint(err), p.Tail(30))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
+		inv, err := s.Inventory(ctx, node)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, g := range inv.GPUs {
+			if g.Shares != shares {
+				return false, fmt.Sprintf("inventory gives %s shares %d", g.UUID, g.Shares), nil
+			}
+		}
+		ids, err := s.Allocatable(ctx, node)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		n, err := s.Node(ctx, node)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		q := n.Status.Allocatable[s.Names.GPU]
+		if len(ids) == 0 || q.Value() != int64(len(ids)) {
+			return false, fmt.Sprintf("node allocatable %s is %s, the kubelet offers %d devices", s.Names.GPU, q.String(), len(ids)), nil
+		}
+		return true, "", nil
+	})
 }
 
 // SetFault sets (or, with fault "", removes) the `fault:` field of one card's entry in the
