@@ -65,8 +65,14 @@ type Config struct {
 	Listen string
 	// Names are the managed resource names; the plugin registers Names.GPU.
 	Names annotations.ResourceNames
-	// SysfsRoot is where NUMA nodes are read from (<root>/bus/pci/devices/<busid>/numa_node).
+	// SysfsRoot is where NUMA nodes are read from (<root>/bus/pci/devices/<busid>/numa_node, and
+	// <root>/devices/system/node/node<N>/cpulist with KubeletConfig).
 	SysfsRoot string
+	// KubeletConfig is the kubelet's configuration file; when set, the inventory carries the
+	// kubelet's topology settings and per-NUMA CPUs (kubelettopology.go). Empty publishes none.
+	KubeletConfig string
+	// KubeletPollInterval is how often KubeletConfig, sysfs and PodResources' CPUs are read.
+	KubeletPollInterval time.Duration
 	// ReconcileInterval is how often PodResources is compared with the allocation records.
 	ReconcileInterval time.Duration
 	// HealthRecoveryInterval is how long an unhealthy card must stay free of critical XIDs before a
@@ -96,6 +102,7 @@ func DefaultConfig() Config {
 		SysfsRoot:              "/sys",
 		ReconcileInterval:      30 * time.Second,
 		HealthRecoveryInterval: 30 * time.Second,
+		KubeletPollInterval:    5 * time.Second,
 		IgnoredXids:            xidListOf(nvidia.DefaultIgnoredXids()),
 		ResetXids:              xidListOf(nvidia.DefaultResetXids()),
 		Log:                    logr.Discard(),
@@ -124,6 +131,9 @@ func (c *Config) validate() error {
 	}
 	if c.HealthRecoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("health recovery interval %s is not positive", c.HealthRecoveryInterval))
+	}
+	if c.KubeletConfig != "" && c.KubeletPollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("kubelet poll interval %s is not positive", c.KubeletPollInterval))
 	}
 	for _, x := range c.ResetXids {
 		if slices.Contains(c.IgnoredXids, x) {
@@ -282,6 +292,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 	g.Go(func() error { records.run(ctx); return nil })
 	g.Go(func() error { inventory.run(ctx); return nil })
+	kick, err := startKubeletTopology(ctx, g, cfg, inventory, log.WithName("kubelet-topology"))
+	if err != nil {
+		return errors.Join(err, g.Wait())
+	}
+	p.record = func(uid types.UID) { records.enqueue(uid); kick() }
 	inventory.enqueue()
 	g.Go(func() error {
 		return nvidia.WatchHealth(ctx, nvidia.HealthConfig{Lib: lib, Cards: cards, RecoveryInterval: cfg.HealthRecoveryInterval,

@@ -125,6 +125,8 @@ type inventoryWriter struct {
 	log     logr.Logger
 	queue   workqueue.TypedRateLimitingInterface[string]
 	written string
+	// kubelet, when set, gives the inventory's kubelet field (kubelettopology.go).
+	kubelet func() *annotations.KubeletTopology
 }
 
 func newInventoryWriter(p *Plugin, client kubernetes.Interface, node string, current func() (string, bool), log logr.Logger) *inventoryWriter {
@@ -156,7 +158,7 @@ func (w *inventoryWriter) run(ctx context.Context) {
 }
 
 func (w *inventoryWriter) sync(ctx context.Context) error {
-	want, err := annotations.EncodeInventory(w.plugin.Inventory())
+	want, err := annotations.EncodeInventory(w.inventory())
 	if err != nil {
 		return fmt.Errorf("encode inventory: %w", err)
 	}
