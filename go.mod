@@ -22,6 +22,7 @@ require (
 	k8s.io/apimachinery v0.34.4
 	k8s.io/client-go v0.34.4
 	k8s.io/component-base v0.34.4
+	k8s.io/component-helpers v0.34.4
 	k8s.io/cri-client v0.34.4
 	k8s.io/kube-scheduler v0.34.4
 	k8s.io/kubelet v0.34.4

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/clock"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -73,6 +74,8 @@ type podRecord struct {
 // nodeEntry is one node of the cache.
 type nodeEntry struct {
 	name string
+	// labels are the Node's labels, for a pod's preferred node affinity (PreferredAffinity).
+	labels map[string]string
 	// state is nil when the node has no usable inventory; reason then says why.
 	state  *core.NodeState
 	reason *core.Reason
@@ -157,6 +160,7 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
+	n.labels = node.Labels
 	if state != nil && n.state != nil && sameCards(n.state, state) {
 		if h := &n.state.Host; h.AllocCPUMilli != cpu || h.AllocMemMiB != mem {
 			n.state.SetHost(cpu, mem)
@@ -775,6 +779,21 @@ func interchangeable(s *core.NodeState, p *core.Pod, r *annotations.ContainerReq
 		}
 	}
 	return true
+}
+
+// PreferredAffinity sets out[i] to what a pod's preferred node affinity terms give node names[i]
+// (the sum of the weights of the terms its labels match; 0 for a node the cache does not know).
+func (c *Cache) PreferredAffinity(terms *nodeaffinity.PreferredSchedulingTerms, names []string, out []int64) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var node corev1.Node
+	for i, name := range names {
+		out[i] = 0
+		if n, ok := c.nodes[name]; ok {
+			node.Name, node.Labels = name, n.labels
+			out[i] = terms.Score(&node)
+		}
+	}
 }
 
 // Mix returns a copy of the task mix.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -357,6 +358,7 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 			scores[at[j]], ok[at[j]] = v.Score, v.Reason == nil
 		}
 	}
+	s.addPreferredAffinity(args.Pod, names, scores, ok)
 	// The policy's order over these candidates, not its rounded scores: kube-scheduler adds the
 	// answer (× weight × 10) to its own scores, and rounding 5.02 and 5.38 both to 5 would leave
 	// the policy's choice to them (see core.Rank and the chart's profile).
@@ -367,6 +369,42 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 	}
 	s.metrics.requests.WithLabelValues("prioritize", "ok").Inc()
 	return &out
+}
+
+// AffinityBand is how far apart (in policy score, of core.MaxScore) two nodes may be for a pod's
+// preferred node affinity to reorder them: the node the affinity prefers most gains AffinityBand,
+// the others in proportion to their affinity score. Between nodes the policy scores closer than
+// that the affinity decides; between nodes farther apart the policy does. Pods without preferred
+// node affinity are ranked by the policy alone.
+const AffinityBand = 0.05 * core.MaxScore
+
+// addPreferredAffinity adds the pod's preferred node affinity, scaled to AffinityBand, to the
+// policy's scores of the candidates where ok.
+func (s *Server) addPreferredAffinity(pod *corev1.Pod, names []string, scores []float64, ok []bool) {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
+		return
+	}
+	terms, err := nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+	if err != nil {
+		return // the API server validated them; kube-scheduler's NodeAffinity scores them anyway
+	}
+	aff := make([]int64, len(names))
+	s.cache.PreferredAffinity(terms, names, aff)
+	top := int64(0)
+	for i := range aff {
+		if ok[i] {
+			top = max(top, aff[i])
+		}
+	}
+	if top == 0 {
+		return
+	}
+	for i := range scores {
+		if ok[i] {
+			scores[i] += AffinityBand * float64(aff[i]) / float64(top)
+		}
+	}
 }
 
 // Bind decides the cards on the chosen node with fresh state, reserves them, writes the assignment

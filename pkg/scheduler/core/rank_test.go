@@ -13,13 +13,12 @@ func TestRank(t *testing.T) {
 		ok     []bool
 		want   []int64
 	}{
-		// 5.03 and 5.02 differ by less than the tolerance 0.1 (1 of MaxScore 10): one level.
-		{"rounding would merge 5.02 and 5.38; rank keeps them apart", []float64{5.02, 5.38, 5.03, 4.6}, []bool{true, true, true, true}, []int64{9, 10, 9, 8}},
+		{"rounding would merge 5.02 and 5.38; rank keeps them apart", []float64{5.02, 5.38, 5.03, 4.6}, []bool{true, true, true, true}, []int64{8, 10, 9, 7}},
+		// frag-aware's tie-breaks are this small; they must survive.
+		{"a difference of 1e-10 is a level", []float64{5, 5 - 1e-10, 5}, nil, []int64{10, 9, 10}},
 		{"unfit nodes get 0 and take no level", []float64{9, 1, 8}, []bool{false, true, true}, []int64{0, 9, 10}},
 		// 12 distinct levels: the 11th and 12th are 0.
 		{"levels below the tenth are 0", []float64{12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, nil, []int64{10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0}},
-		// A level is measured from its best: 5.0, 4.95, 4.91 are one level (within 0.1 of 5.0), 4.89 starts the next.
-		{"a level does not chain", []float64{5.0, 4.95, 4.91, 4.89}, nil, []int64{10, 10, 10, 9}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
