@@ -51,3 +51,11 @@ func benchFit(b *testing.B, nodes []*NodeState) {
 
 // BenchmarkFitWith is the per-node cost of Filter and Prioritize in the core, policy none.
 func BenchmarkFitWith(b *testing.B) { benchFit(b, benchNodes(64, nil)) }
+
+// BenchmarkFitWithKubelet is the same on nodes whose kubelet runs restricted (container scope,
+// static CPU manager): the kubelet model runs once per node.
+func BenchmarkFitWithKubelet(b *testing.B) {
+	benchFit(b, benchNodes(64, &annotations.KubeletTopology{TopologyManagerPolicy: annotations.TopologyPolicyRestricted,
+		TopologyManagerScope: annotations.TopologyScopeContainer, CPUManagerPolicy: annotations.CPUManagerPolicyStatic, DeviceTopology: true,
+		NUMA: []annotations.NUMACPUs{{ID: 0, CPUs: 32, ReservedCPUs: 2}, {ID: 1, CPUs: 32}}}))
+}

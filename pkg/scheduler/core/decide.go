@@ -352,7 +352,10 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 			HostAlloc: HostRequest{CPUMilli: n.Host.AllocCPUMilli, MemMiB: n.Host.AllocMemMiB}}
 	}
 	f.ok = resize(f.ok, len(n.Cards))
-	f.extra = resize(f.extra, len(n.Cards))
+	if cap(f.extra) < len(n.Cards) {
+		f.extra = make([]Usage, len(n.Cards))
+	}
+	f.extra = f.extra[:len(n.Cards)] // cleared by start
 	total := 0
 	for i := range p.Request.Containers {
 		total += p.Request.Containers[i].Count
@@ -639,7 +642,11 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 		return nil, r
 	}
 	for _, i := range chosen {
-		mine = append(mine, f.add(c, i, f.freeSlot(i)))
+		card := &f.node.Cards[i]
+		mem, cores := c.MemoryOn(card.MemoryMiB), c.CoresOn()
+		f.plan.Devices = append(f.plan.Devices, Device{Card: i, Slot: f.freeSlot(i), MemMiB: mem, Cores: cores})
+		f.extra[i] = f.extra[i].plus(mem, cores)
+		mine = append(mine, len(f.plan.Devices)-1)
 	}
 	return mine, nil
 }
