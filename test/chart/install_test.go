@@ -93,15 +93,67 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 
 	t.Run("webhook match conditions", func(t *testing.T) { checkWebhookScope(t, in.c.Client) })
 
+	// Self-managed certificates (the default): stand in for the webhook, which writes its Secret and
+	// the configurations' caBundle at run time; an upgrade must leave both as they are.
+	certs, err := in.c.Client.CoreV1().Secrets(namespace).Get(ctx, webhookName+"-certs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the self-managed certificates Secret: %v", err)
+	}
+	certs.Data = map[string][]byte{"ca.crt": []byte("webhook-written CA"), "tls.crt": []byte("webhook-written certificate")}
+	if _, err := in.c.Client.CoreV1().Secrets(namespace).Update(ctx, certs, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("%v", err)
+	}
+	injected := []byte("webhook-injected bundle")
+	mwc, err := in.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	mwc.Webhooks[0].ClientConfig.CABundle = injected
+	if _, err := in.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("%v", err)
+	}
+	upgrade := func(values map[string]any) {
+		t.Helper()
+		if _, err := helm(t, in.helmEnv, append([]string{"upgrade", releaseName, chartDir, "--namespace", namespace},
+			valuesFile(t, values)...)...); err != nil {
+			t.Fatalf("%v", err)
+		}
+	}
+	upgrade(map[string]any{"scheduler": map[string]any{"replicas": 2}})
+	t.Run("upgrade keeps the self-managed certificates and caBundle", func(t *testing.T) {
+		got, err := in.c.Client.CoreV1().Secrets(namespace).Get(ctx, webhookName+"-certs", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if string(got.Data["ca.crt"]) != "webhook-written CA" || string(got.Data["tls.crt"]) != "webhook-written certificate" {
+			t.Errorf("the upgrade changed the webhook's Secret: %q", got.Data)
+		}
+		mwc, err := in.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if !bytes.Equal(mwc.Webhooks[0].ClientConfig.CABundle, injected) {
+			t.Errorf("the upgrade reset the caBundle the webhook set to %q", mwc.Webhooks[0].ClientConfig.CABundle)
+		}
+		cm, err := in.c.Client.CoreV1().ConfigMaps(namespace).Get(ctx, schedulerName+"-config", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if !strings.Contains(cm.Data["scheduler-config.yaml"], "leaderElect: true") {
+			t.Errorf("replicas 2 did not turn on leader election:\n%s", cm.Data["scheduler-config.yaml"])
+		}
+	})
+
+	// "helm" mode: a chart-generated CA, rotated by every upgrade, the previous one kept trusted.
+	helmMode := map[string]any{"scheduler": map[string]any{"replicas": 2}, "webhook": map[string]any{"certificates": map[string]any{"mode": "helm"}}}
+	upgrade(helmMode)
+	middle := in.manifest(t)
 	oldSecret, err := in.c.Client.CoreV1().Secrets(namespace).Get(ctx, webhookName+"-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	if _, err := helm(t, in.helmEnv, append([]string{"upgrade", releaseName, chartDir, "--namespace", namespace},
-		valuesFile(t, map[string]any{"scheduler": map[string]any{"replicas": 2}})...)...); err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Run("upgrade rotates the CA and keeps the old one trusted", func(t *testing.T) {
+	upgrade(helmMode)
+	t.Run("helm mode: an upgrade rotates the CA and keeps the old one trusted", func(t *testing.T) {
 		newSecret, err := in.c.Client.CoreV1().Secrets(namespace).Get(ctx, webhookName+"-tls", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("%v", err)
@@ -129,20 +181,13 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 				t.Errorf("the %s serving certificate does not verify against the caBundle after the upgrade: %v", name, err)
 			}
 		}
-		cm, err := in.c.Client.CoreV1().ConfigMaps(namespace).Get(ctx, schedulerName+"-config", metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("%v", err)
-		}
-		if !strings.Contains(cm.Data["scheduler-config.yaml"], "leaderElect: true") {
-			t.Errorf("replicas 2 did not turn on leader election:\n%s", cm.Data["scheduler-config.yaml"])
-		}
 	})
 	second := in.manifest(t)
 
 	if _, err := helm(t, in.helmEnv, "uninstall", releaseName, "--namespace", namespace, "--wait"); err != nil {
 		t.Fatalf("%v", err)
 	}
-	for _, r := range []*rendered{first, second} {
+	for _, r := range []*rendered{first, middle, second} {
 		for _, o := range r.objects {
 			if err := in.get(ctx, o); !apierrors.IsNotFound(err) {
 				t.Errorf("%s left behind after uninstall (get: %v)", objectKey(o), err)
@@ -204,6 +249,12 @@ func checkAccess(t *testing.T, client kubernetes.Interface) {
 		{user: wh, verb: "patch", res: "nodes", allowed: false},
 		{user: wh, verb: "list", res: "pods", ns: "default", allowed: false},
 		{user: wh, verb: "get", res: "secrets", ns: namespace, allowed: false},
+		{user: wh, verb: "update", res: "secrets", ns: namespace, name: webhookName + "-certs", allowed: true},
+		{user: wh, verb: "update", res: "secrets", ns: namespace, name: webhookName + "-tls", allowed: false},
+		{user: wh, verb: "update", group: "admissionregistration.k8s.io", res: "mutatingwebhookconfigurations", name: webhookName, allowed: true},
+		{user: wh, verb: "update", group: "admissionregistration.k8s.io", res: "validatingwebhookconfigurations", name: webhookName, allowed: true},
+		{user: wh, verb: "update", group: "admissionregistration.k8s.io", res: "mutatingwebhookconfigurations", name: "someone-else", allowed: false},
+		{user: wh, verb: "delete", group: "admissionregistration.k8s.io", res: "validatingwebhookconfigurations", name: webhookName, allowed: false},
 		{user: dp, verb: "patch", res: "nodes", allowed: true},
 		{user: dp, verb: "patch", res: "pods", ns: "default", allowed: true},
 		{user: dp, verb: "create", res: "events", ns: "default", allowed: true},

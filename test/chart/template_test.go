@@ -41,7 +41,8 @@ const (
 // chart must pass nothing else.
 var agreedFlags = map[string][]string{
 	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl"},
-	"webhook":  {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces"},
+	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces",
+		"cert-secret", "cert-namespace", "webhook-configuration", "cert-hosts", "cert-lifetime", "ca-lifetime", "cert-check-interval"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids"},
 }
@@ -314,7 +315,8 @@ func TestWebhookConfigurationFollowsValues(t *testing.T) {
 // TestWebhookTLSChartGenerated checks the chart's own CA: the webhook configuration trusts it and
 // the Secret's certificate is valid for the Service's DNS name.
 func TestWebhookTLSChartGenerated(t *testing.T) {
-	r := render(t, nil)
+	helmMode := map[string]any{"webhook": map[string]any{"certificates": map[string]any{"mode": "helm"}}}
+	r := render(t, helmMode)
 	secret := get[*corev1.Secret](t, r, webhookName+"-tls")
 	mwc := get[*admissionregistrationv1.MutatingWebhookConfiguration](t, r, webhookName)
 	roots := x509.NewCertPool()
@@ -334,13 +336,13 @@ func TestWebhookTLSChartGenerated(t *testing.T) {
 		t.Errorf("the serving certificate does not verify against caBundle: %v", err)
 	}
 	if got := cert.NotAfter.Sub(cert.NotBefore); got < 364*24*time.Hour || got > 366*24*time.Hour {
-		t.Errorf("certificate valid for %s, want about 365 days (webhook.tls.validityDays)", got)
+		t.Errorf("certificate valid for %s, want about 365 days (webhook.certificates.helm.validityDays)", got)
 	}
 	dep := get[*appsv1.Deployment](t, r, webhookName)
 	if dep.Spec.Template.Annotations["checksum/tls"] == "" {
 		t.Error("no checksum/tls annotation: a rotated certificate would not roll the webhook pods")
 	}
-	if r2 := render(t, nil); string(get[*corev1.Secret](t, r2, webhookName+"-tls").Data["ca.crt"]) == string(secret.Data["ca.crt"]) {
+	if r2 := render(t, helmMode); string(get[*corev1.Secret](t, r2, webhookName+"-tls").Data["ca.crt"]) == string(secret.Data["ca.crt"]) {
 		t.Error("two renderings produced the same CA; the chart must rotate it at every upgrade")
 	}
 }
@@ -350,12 +352,11 @@ func TestWebhookTLSCertManager(t *testing.T) {
 		name       string
 		values     map[string]any
 		extra      []string
-		wantIssuer bool // the chart's own self-signed Issuer
+		wantIssuer bool // the chart's own CA (self-signed Issuer, CA Certificate, CA Issuer)
 	}{
-		{name: "mode certManager", values: map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager"}}}, wantIssuer: true},
-		{name: "auto with the cert-manager API", extra: []string{"--api-versions", "cert-manager.io/v1"}, wantIssuer: true},
-		{name: "existing ClusterIssuer", values: map[string]any{"webhook": map[string]any{"tls": map[string]any{
-			"mode": "certManager", "certManager": map[string]any{"issuerRef": map[string]any{"kind": "ClusterIssuer", "name": "corp-ca"}}}}}},
+		{name: "the chart's own CA", values: map[string]any{"webhook": map[string]any{"certificates": map[string]any{"mode": "cert-manager"}}}, wantIssuer: true},
+		{name: "existing ClusterIssuer", values: map[string]any{"webhook": map[string]any{"certificates": map[string]any{
+			"mode": "cert-manager", "certManager": map[string]any{"issuerRef": map[string]any{"kind": "ClusterIssuer", "name": "corp-ca"}}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := render(t, tc.values, tc.extra...)
@@ -376,6 +377,37 @@ func TestWebhookTLSCertManager(t *testing.T) {
 			}
 			if got := r.has("Issuer", webhookName+"-selfsigned"); got != tc.wantIssuer {
 				t.Errorf("self-signed Issuer rendered = %v, want %v", got, tc.wantIssuer)
+			}
+			// The serving certificate comes from a CA Issuer, never from the self-signed one: the CA the
+			// injector copies then outlives each serving certificate.
+			issuer, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef")
+			if tc.wantIssuer {
+				if issuer["name"] != webhookName+"-ca" {
+					t.Errorf("serving Certificate issuerRef = %v, want the chart's CA Issuer %s-ca", issuer, webhookName)
+				}
+				if !r.has("Certificate", webhookName+"-ca") || !r.has("Issuer", webhookName+"-ca") {
+					t.Errorf("no CA Certificate and CA Issuer %s-ca in %v", webhookName, r.keys())
+				}
+				for _, o := range all[*unstructured.Unstructured](r) {
+					if o.GetName() != webhookName+"-ca" {
+						continue
+					}
+					switch o.GetKind() {
+					case "Certificate":
+						if isCA, _, _ := unstructured.NestedBool(o.Object, "spec", "isCA"); !isCA {
+							t.Error("the chart's CA Certificate is not isCA")
+						}
+					case "Issuer":
+						if secret, _, _ := unstructured.NestedString(o.Object, "spec", "ca", "secretName"); secret != webhookName+"-ca" {
+							t.Errorf("CA Issuer reads %q, want the CA Certificate's Secret", secret)
+						}
+					}
+				}
+			} else if issuer["kind"] != "ClusterIssuer" || issuer["name"] != "corp-ca" {
+				t.Errorf("serving Certificate issuerRef = %v, want the given ClusterIssuer", issuer)
+			}
+			if dep := get[*appsv1.Deployment](t, r, webhookName); flagsOf(t, container(t, dep.Spec.Template.Spec, "webhook").Args)["cert-dir"] == "" {
+				t.Error("the webhook does not read the certificate cert-manager writes (--cert-dir)")
 			}
 			mwc := get[*admissionregistrationv1.MutatingWebhookConfiguration](t, r, webhookName)
 			if got, want := mwc.Annotations["cert-manager.io/inject-ca-from"], namespace+"/"+webhookName; got != want {
@@ -421,7 +453,7 @@ func TestWebhookDeployment(t *testing.T) {
 		}
 	}
 	flags := flagsOf(t, c.Args)
-	want := map[string]string{"listen": ":9443", "cert-dir": "/etc/cardinal/tls", "health-listen": ":8081", "metrics-listen": ":8080",
+	want := map[string]string{"listen": ":9443", "health-listen": ":8081", "metrics-listen": ":8080",
 		"scheduler-name": "cardinal-scheduler", "trusted-service-accounts": schedulerSA + "," + devicePluginSA,
 		"device-env-namespaces": "gpu-operator"}
 	for k, v := range want {
@@ -558,7 +590,12 @@ func TestRBAC(t *testing.T) {
 			rule(core, []string{"pods/binding"}, []string{"create"}),
 			rule(events, []string{"events"}, []string{"create", "patch"}),
 		},
-		webhookName: {rule(core, []string{"nodes"}, []string{"get", "list", "watch"})},
+		webhookName: {
+			rule(core, []string{"nodes"}, []string{"get", "list", "watch"}),
+			// Self-managed certificates: the caBundle of its own two configurations, nothing else.
+			rule([]string{"admissionregistration.k8s.io"}, []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"},
+				[]string{"get", "update"}, webhookName),
+		},
 		devicePluginName: {
 			rule(core, []string{"nodes"}, []string{"get", "list", "watch", "patch"}),
 			rule(core, []string{"pods"}, []string{"get", "list", "watch", "patch"}),
@@ -579,6 +616,10 @@ func TestRBAC(t *testing.T) {
 	if diff := cmp.Diff(wantRole, get[*rbacv1.Role](t, r, schedulerName+"-leader-election").Rules); diff != "" {
 		t.Errorf("leader-election Role (-want +got):\n%s", diff)
 	}
+	wantCerts := []rbacv1.PolicyRule{rule(core, []string{"secrets"}, []string{"get", "update"}, webhookName+"-certs")}
+	if diff := cmp.Diff(wantCerts, get[*rbacv1.Role](t, r, webhookName+"-certs").Rules); diff != "" {
+		t.Errorf("webhook certificates Role (-want +got):\n%s", diff)
+	}
 	// Every binding names a rendered ServiceAccount of the release, and a rendered or built-in role.
 	sas := map[string]bool{}
 	for _, sa := range all[*corev1.ServiceAccount](r) {
@@ -598,9 +639,9 @@ func TestRBAC(t *testing.T) {
 		bindings = append(bindings, binding{b.Name, b.RoleRef, b.Subjects})
 	}
 	// Scheduler 5 (system:kube-scheduler, system:volume-scheduler, extender, lease, authentication
-	// reader) + webhook 1 + device plugin 1 = 7.
-	if len(bindings) != 7 {
-		t.Errorf("%d bindings, want 7", len(bindings))
+	// reader) + webhook 2 (nodes and configurations; its certificates Secret) + device plugin 1 = 8.
+	if len(bindings) != 8 {
+		t.Errorf("%d bindings, want 8", len(bindings))
 	}
 	for _, b := range bindings {
 		if !builtin[b.role.Name] && !r.has(b.role.Kind, b.role.Name) {
@@ -662,10 +703,12 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 		{"unknown gpu policy", map[string]any{"scheduler": map[string]any{"extender": map[string]any{"gpuPolicy": "first"}}}, `gpuPolicy: "first"`},
 		{"log format", map[string]any{"log": map[string]any{"format": "text"}}, `log.format: "text"`},
 		{"zero replicas", map[string]any{"scheduler": map[string]any{"replicas": 0}}, "scheduler.replicas must be at least 1"},
-		{"tls mode", map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "manual"}}}, `webhook.tls.mode: "manual"`},
+		{"certificates mode", map[string]any{"webhook": map[string]any{"certificates": map[string]any{"mode": "manual"}}}, `webhook.certificates.mode`},
+		{"the old webhook.tls", map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "helm"}}}, `tls`},
 		{"failure policy", map[string]any{"webhook": map[string]any{"failurePolicy": "Retry"}}, `failurePolicy: "Retry"`},
 		{"timeout 31s", map[string]any{"webhook": map[string]any{"timeoutSeconds": 31}}, "timeoutSeconds must be within 1..30"},
-		{"url without CA", map[string]any{"webhook": map[string]any{"clientConfig": map[string]any{"url": "https://127.0.0.1:9443/mutate-pods"}}}, "caBundle is required"},
+		{"url without CA", map[string]any{"webhook": map[string]any{"clientConfig": map[string]any{"url": "https://127.0.0.1:9443/mutate-pods"},
+			"certificates": map[string]any{"mode": "helm"}}}, "caBundle is required"},
 		{"http url", map[string]any{"webhook": map[string]any{"clientConfig": map[string]any{"url": "http://x", "caBundle": "Q0E="}}}, "must start with https://"},
 		{"unqualified resource", map[string]any{"resourceNames": map[string]any{"gpu": "gpu"}}, `"gpu" is not a qualified name`},
 		{"same resource twice", map[string]any{"resourceNames": map[string]any{"gpucores": "nvidia.com/gpu"}}, "every name must be different"},
@@ -697,7 +740,7 @@ func TestHelmLint(t *testing.T) {
 		{"defaults", nil},
 		{"simulate and monitors", map[string]any{
 			"devicePlugin": map[string]any{"simulate": simulated["simulate"], "serviceMonitor": map[string]any{"enabled": true}},
-			"webhook":      map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "tls": map[string]any{"mode": "certManager"}},
+			"webhook":      map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "certificates": map[string]any{"mode": "cert-manager"}},
 			"scheduler":    map[string]any{"replicas": 2},
 		}},
 	} {

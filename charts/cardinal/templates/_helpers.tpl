@@ -96,46 +96,6 @@ app.kubernetes.io/component: {{ .component }}
 {{/* Service name of the webhook. */}}
 {{- define "cardinal.webhook.serviceName" -}}{{ include "cardinal.webhook.fullname" . }}{{- end -}}
 
-{{/* Secret holding the webhook's serving certificate. */}}
-{{- define "cardinal.webhook.tlsSecretName" -}}{{ include "cardinal.webhook.fullname" . }}-tls{{- end -}}
-
-{{/* The effective TLS mode: certManager or helm. */}}
-{{- define "cardinal.webhook.tlsMode" -}}
-{{- $m := .Values.webhook.tls.mode -}}
-{{- if eq $m "auto" -}}
-{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}certManager{{- else -}}helm{{- end -}}
-{{- else -}}
-{{- $m -}}
-{{- end -}}
-{{- end -}}
-
-{{/*
-The chart-generated CA and serving certificate ("helm" mode), as JSON {caCert, cert, key, caBundle}.
-Generated once per render and kept in .Values so the Secret, the webhook configuration and the pod
-checksum all see the same one. caBundle holds the new CA and, on upgrade, the CA of the Secret being
-replaced, so pods still serving the old certificate stay trusted until they restart.
-*/}}
-{{- define "cardinal.webhook.generatedTLS" -}}
-{{- if not (hasKey .Values "__cardinalGeneratedTLS") -}}
-{{- $svc := include "cardinal.webhook.serviceName" . -}}
-{{- $ns := .Release.Namespace -}}
-{{- $days := int .Values.webhook.tls.validityDays -}}
-{{- $ca := genCA (printf "%s-ca" (include "cardinal.webhook.fullname" .)) $days -}}
-{{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
-{{- $cert := genSignedCert (printf "%s.%s.svc" $svc $ns) nil $dns $days $ca -}}
-{{- $bundle := $ca.Cert -}}
-{{- $old := lookup "v1" "Secret" $ns (include "cardinal.webhook.tlsSecretName" .) -}}
-{{- if and $old $old.data (hasKey $old.data "ca.crt") -}}
-{{- $oldCA := index $old.data "ca.crt" | b64dec -}}
-{{- if ne $oldCA $ca.Cert -}}
-{{- $bundle = printf "%s\n%s" (trimSuffix "\n" $ca.Cert) $oldCA -}}
-{{- end -}}
-{{- end -}}
-{{- $_ := set .Values "__cardinalGeneratedTLS" (dict "caCert" $ca.Cert "cert" $cert.Cert "key" $cert.Key "caBundle" $bundle) -}}
-{{- end -}}
-{{- get .Values "__cardinalGeneratedTLS" | toJson -}}
-{{- end -}}
-
 {{/* Comma list for --trusted-service-accounts: the scheduler's and the device plugin's, then extras. */}}
 {{- define "cardinal.webhook.trustedServiceAccounts" -}}
 {{- $sas := list (include "cardinal.saUser" (list . (include "cardinal.scheduler.serviceAccountName" .))) -}}
