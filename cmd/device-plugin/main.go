@@ -37,17 +37,21 @@ func main() {
 	fs.IntVar(&cfg.Shares, "shares", cfg.Shares, "pods that may share one card: 1 advertises one device per card (its UUID); N>1 advertises N slot devices <UUID>::<k> per card")
 	fs.BoolVar(&cfg.Topology, "topology", cfg.Topology, "report each device's NUMA node to the kubelet (TopologyInfo), so its TopologyManager can align CPUs with the cards")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of /healthz, /readyz and /metrics; empty disables them")
-	fs.StringVar(&cfg.SysfsRoot, "sysfs-root", cfg.SysfsRoot, "sysfs mount the NUMA node of each card is read from (<root>/bus/pci/devices/<busid>/numa_node)")
+	fs.StringVar(&cfg.SysfsRoot, "sysfs-root", cfg.SysfsRoot, "sysfs mount the NUMA node of each card is read from (<root>/bus/pci/devices/<busid>/numa_node), and with --kubelet-config each NUMA node's CPUs (<root>/devices/system/node/node<N>/cpulist, distance)")
+	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", cfg.KubeletConfig, "the kubelet's configuration file (KubeletConfiguration); when set, the inventory also carries its topology manager policy, scope and options, CPU manager policy and each NUMA node's reserved and exclusively held CPUs (PodResources), so the extender predicts the kubelet. Only the file is read: settings given to the kubelet as command-line flags are not seen. Empty: not published")
+	fs.DurationVar(&cfg.KubeletPollInterval, "kubelet-poll-interval", cfg.KubeletPollInterval, "with --kubelet-config: how often the file (when it changed), the NUMA nodes' CPUs and PodResources' CPUs are read again (also shortly after each Allocate); the inventory is rewritten only when they changed")
 	fs.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", cfg.ReconcileInterval, "how often the allocation records are compared with the kubelet's PodResources (also once at start)")
 	fs.DurationVar(&cfg.HealthRecoveryInterval, "health-recovery-interval", cfg.HealthRecoveryInterval, "an unhealthy card that sees no critical XID for this long and passes an NVML probe is healthy again (reset XIDs excepted)")
 	fs.Var(&cfg.IgnoredXids, "health-ignored-xids", "comma-separated application XIDs that never mark a card unhealthy; empty: none")
 	fs.Var(&cfg.ResetXids, "health-reset-xids", "comma-separated critical XIDs after which a card stays unhealthy until it is reset or the plugin restarts; empty: none")
 	cfg.Names.AddFlags(fs)
+	cfg.DeviceList.AddFlags(fs)
 	logOpts.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
 		}
+		fmt.Fprintln(os.Stderr, "device-plugin:", err)
 		os.Exit(2)
 	}
 	log, err := logging.New(logOpts)

@@ -44,7 +44,7 @@ var agreedFlags = map[string][]string{
 	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces",
 		"cert-secret", "cert-namespace", "webhook-configuration", "cert-hosts", "cert-lifetime", "ca-lifetime", "cert-check-interval"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
-		"health-ignored-xids", "health-reset-xids"},
+		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root"},
 }
 
 var commonFlags = []string{"resource-gpu", "resource-gpumem", "resource-gpumem-percentage", "resource-gpucores", "v", "log-format"}
