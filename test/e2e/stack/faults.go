@@ -123,14 +123,16 @@ func Kill(p *cluster.Process) error {
 	}
 }
 
-// HelmUpgrade runs `helm upgrade --reuse-values` of the release with --set values (e.g.
-// "devicePlugin.shares=2").
+// HelmUpgrade runs `helm upgrade --reset-then-reuse-values` of the release with --set values (e.g.
+// "devicePlugin.shares=2"): the chart's current defaults, the install's values over them, the sets
+// over those. (Plain --reuse-values would keep the install-time defaults too, and break on values
+// the chart gained since.)
 func (s *Stack) HelmUpgrade(t cluster.TB, sets ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args := []string{"upgrade", Release, filepath.Join(s.root, "charts", "cardinal"),
-		"--namespace", Namespace, "--kubeconfig", s.Cluster.Kubeconfig, "--reuse-values"}
+		"--namespace", Namespace, "--kubeconfig", s.Cluster.Kubeconfig, "--reset-then-reuse-values"}
 	for _, v := range sets {
 		args = append(args, "--set", v)
 	}
