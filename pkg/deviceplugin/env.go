@@ -5,12 +5,15 @@ import (
 	"strconv"
 	"strings"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
 // Environment variables Allocate sets.
 const (
-	// EnvVisibleDevices lists the container's card UUIDs for the NVIDIA container runtime.
+	// EnvVisibleDevices lists the container's card UUIDs for the NVIDIA container runtime (or, with
+	// other device-list strategies than envvar, the volume-mounts folder or void).
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 	// EnvCUDADeviceOrder makes CUDA number the visible cards in PCI bus order (its default puts the
 	// fastest first), the order NVIDIA_VISIBLE_DEVICES and the limit variables use.
@@ -25,22 +28,44 @@ const (
 	EnvMPSThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 )
 
-// containerEnv builds the container's environment. Cards are numbered as CUDA will see them, not in
-// the kubelet's order of IDs: the container runtime exposes the cards NVIDIA_VISIBLE_DEVICES names,
-// and CUDA (told CUDA_DEVICE_ORDER=PCI_BUS_ID) numbers them by PCI bus id, which is NVML's index order
-// too. So NVIDIA_VISIBLE_DEVICES lists them in that order and CUDA_DEVICE_MEMORY_LIMIT_<i> and
-// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's i=… name the i-th of that list. Limits are set only for
-// containers that asked for a share of their cards (memory or cores): whole-card containers get the
-// visible devices alone.
-func containerEnv(t *deviceTable, o outcome) map[string]string {
+// containerResponse is a served container's Allocate response: its cards, named to the runtime as
+// the device-list strategies say (devicelist.go), and its environment.
+func containerResponse(t *deviceTable, o outcome, dl DeviceListConfig) *pluginapi.ContainerAllocateResponse {
+	uuids := t.visibleUUIDs(o.IDs)
+	cards := make([]listedCard, len(uuids))
+	for i, u := range uuids {
+		cards[i] = listedCard{UUID: u, Index: t.cards[t.byUUID[u]].Index}
+	}
+	r := &pluginapi.ContainerAllocateResponse{Envs: containerEnv(t, o, uuids)}
+	key := ""
+	if o.Owner != nil {
+		key = cdiAnnotationKey(string(o.Owner.Pod.UID), o.Owner.Name)
+	}
+	listDevices(dl, cards, key).apply(r)
+	return r
+}
+
+// visibleUUIDs are the cards of a container's IDs, each once, in the order CUDA numbers them: the
+// container runtime exposes the cards, and CUDA (told CUDA_DEVICE_ORDER=PCI_BUS_ID) numbers them by
+// PCI bus id, which is NVML's index order too, not in the kubelet's order of IDs.
+func (t *deviceTable) visibleUUIDs(ids []string) []string {
 	var uuids []string
-	for _, id := range o.IDs {
+	for _, id := range ids {
 		if u := t.card(id).UUID; !slices.Contains(uuids, u) {
 			uuids = append(uuids, u)
 		}
 	}
 	t.cudaOrder(uuids)
-	env := map[string]string{EnvVisibleDevices: strings.Join(uuids, ","), EnvCUDADeviceOrder: "PCI_BUS_ID"}
+	return uuids
+}
+
+// containerEnv builds the container's environment but NVIDIA_VISIBLE_DEVICES (listDevices sets
+// it), given its cards in CUDA's order (visibleUUIDs): CUDA_DEVICE_MEMORY_LIMIT_<i> and
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's i=… name the i-th of them, whatever the device-list strategy.
+// Limits are set only for containers that asked for a share of their cards (memory or cores):
+// whole-card containers get CUDA_DEVICE_ORDER alone.
+func containerEnv(t *deviceTable, o outcome, uuids []string) map[string]string {
+	env := map[string]string{EnvCUDADeviceOrder: "PCI_BUS_ID"}
 	if o.Owner == nil || !o.Owner.Pod.HasAssignment {
 		return env // a pod Cardinal did not schedule: whole cards, no limits
 	}

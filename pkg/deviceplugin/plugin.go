@@ -29,8 +29,10 @@ type Plugin struct {
 	node     string
 	names    annotations.ResourceNames
 	topology bool
-	log      logr.Logger
-	metrics  *metrics
+	// deviceList is how Allocate names the cards to the container runtime.
+	deviceList DeviceListConfig
+	log        logr.Logger
+	metrics    *metrics
 	// record is called (outside the lock) with pods whose allocation record must be written.
 	record func(types.UID)
 	// devicesChanged is called (outside the lock) after a health change.
@@ -67,8 +69,10 @@ type pluginOptions struct {
 	Cards    []nvidia.Card
 	Shares   int
 	Topology bool
-	Log      logr.Logger
-	Metrics  *metrics
+	// DeviceList: see Plugin.deviceList; empty fields take DefaultDeviceListConfig's.
+	DeviceList DeviceListConfig
+	Log        logr.Logger
+	Metrics    *metrics
 	// CacheWait: see Plugin.cacheWait; zero means DefaultCacheWait.
 	CacheWait time.Duration
 }
@@ -79,7 +83,7 @@ const DefaultCacheWait = 5 * time.Second
 
 func newPlugin(o pluginOptions) *Plugin {
 	p := &Plugin{
-		node: o.Node, names: o.Names, topology: o.Topology, log: o.Log, metrics: o.Metrics,
+		node: o.Node, names: o.Names, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
@@ -320,7 +324,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		// A later request in the same call must not match this container again.
 		o.Owner.Allocated = true
 		served = append(served, o)
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: containerEnv(p.table, o)})
+		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(p.table, o, p.deviceList))
 	}
 	var toRecord []types.UID
 	for _, o := range served {

@@ -65,6 +65,8 @@ type Config struct {
 	Listen string
 	// Names are the managed resource names; the plugin registers Names.GPU.
 	Names annotations.ResourceNames
+	// DeviceList is how Allocate names a container's cards to the container runtime (devicelist.go).
+	DeviceList DeviceListConfig
 	// SysfsRoot is where NUMA nodes are read from (<root>/bus/pci/devices/<busid>/numa_node, and
 	// <root>/devices/system/node/node<N>/cpulist with KubeletConfig).
 	SysfsRoot string
@@ -99,6 +101,7 @@ func DefaultConfig() Config {
 		Topology:               true,
 		Listen:                 ":9400",
 		Names:                  annotations.DefaultResourceNames(),
+		DeviceList:             DefaultDeviceListConfig(),
 		SysfsRoot:              "/sys",
 		ReconcileInterval:      30 * time.Second,
 		HealthRecoveryInterval: 30 * time.Second,
@@ -141,6 +144,9 @@ func (c *Config) validate() error {
 		}
 	}
 	if err := c.Names.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.DeviceList.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -198,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	m := newMetrics()
 	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, Cards: cards, Shares: cfg.Shares, Topology: cfg.Topology,
-		Log: log.WithName("plugin"), Metrics: m})
+		DeviceList: cfg.DeviceList, Log: log.WithName("plugin"), Metrics: m})
 
 	podInformers := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
