@@ -37,7 +37,9 @@ const (
 // benchCluster is BENCHMARKS.md S1: nodes × 8 A100s, about half of each node used by bound pods,
 // varied as shape says. Seeded, so runs compare.
 func benchCluster(b testing.TB, nodes int, shape clusterShape) (*harness, []string) {
-	h := newHarness(b, harnessOptions{})
+	// The policies a user gets without choosing (the binary's and the chart's defaults).
+	d := DefaultConfig()
+	h := newHarness(b, harnessOptions{nodePolicy: d.NodePolicy, gpuPolicy: d.GPUPolicy})
 	all := make([]string, nodes)
 	rng := rand.New(rand.NewPCG(42, 1))
 	for i := 0; i < nodes; i++ {
