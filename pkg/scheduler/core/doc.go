@@ -45,6 +45,24 @@
 // are ranked by the card policy, ties to the lower index; NUMA nodes by the sum of their best cards'
 // scores, then by size (binpack: the tighter), then index.
 //
+// Init containers: when an init container hands on more cards than a later container needs, the
+// kubelet takes any of them (its set order is random), so every one must hold that container and
+// each reserves the larger of both requests; the plan names the strategy's pick. A numa-bind pod
+// whose init containers hand cards on is tried again with every container preferring one NUMA node
+// (ascending) when placing them one after the other fails on NUMA.
+//
+// # Kubelet topology
+//
+// When the node's inventory reports a kubelet TopologyManager policy other than none
+// (NodeState.Kubelet, annotations.KubeletTopology), Fit runs the kubelet model (package topology)
+// on the pod (PodRequest.Guaranteed and CPUs, set by annotations.PodRequest.ReadCPUs, add the
+// exclusive CPUs) and places each container only on the devices the kubelet will hand it, by the
+// card strategy and with the selector and numa-bind applied (kubelet.go). A pod the kubelet would
+// refuse gets ReasonKubeletRefuses (Reason.Kubelet, the model's numbers); a container the kubelet's
+// choice cannot serve gets ReasonKubeletChoice. Nodes with policy none, or no Kubelet, are decided
+// as before and never run the model. NodeState.SameKubelet and AppendKubeletKey let a cache tell
+// nodes of different kubelet topologies apart.
+//
 // # Strategies
 //
 // Node strategies are NodeScoreFunc(*NodeInput) (node before, plan, node after card by card via
