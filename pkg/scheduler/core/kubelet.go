@@ -93,15 +93,24 @@ func (f *fit) kubeletPick(mi int, fixed, pool []string, n int) []string {
 		return fail(r)
 	}
 	reused := len(mine)
+	diverged := func() []string {
+		return fail(&Reason{Kind: ReasonKubeletChoice, Policy: string(kn.node.Policy), Detail: "the kubelet model took other cards"})
+	}
+	if handed > c.Count && (len(fixed) > 0 || n != c.Count) {
+		return diverged()
+	}
 	// Then the devices it takes outright.
 	for _, id := range fixed {
 		d, ok := kn.index[id]
 		if !ok {
-			return fail(&Reason{Kind: ReasonKubeletChoice, Policy: string(kn.node.Policy), Detail: "the kubelet model named an unknown device"})
+			return diverged()
 		}
 		i, slot := kn.card[d], kn.slot[d]
 		if f.inPlan(i, slot) {
 			continue // handed on: placed by reuse
+		}
+		if len(mine) == c.Count {
+			return diverged()
 		}
 		var problem CardProblem
 		switch {
@@ -119,6 +128,9 @@ func (f *fit) kubeletPick(mi int, fixed, pool []string, n int) []string {
 				MemPercent: c.MemoryPercent, Cores: c.Cores})
 		}
 		mine = append(mine, f.add(c, i, slot))
+	}
+	if handed <= c.Count && len(mine)+n != c.Count {
+		return diverged()
 	}
 	f.kids = f.kids[:0]
 	switch {

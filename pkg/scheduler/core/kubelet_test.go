@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -459,5 +460,82 @@ func TestSameKubeletAndKey(t *testing.T) {
 	}
 	if len(none.AppendKubeletKey(nil)) != 0 {
 		t.Error("a node without a kubelet policy adds to its key")
+	}
+}
+
+func TestFitKubeletPlansAreAccepted(t *testing.T) {
+	// Random nodes (2-4 NUMA nodes, whole or shared cards, some held) and pods (init, sidecar and
+	// app containers, whole or shared, Guaranteed with CPUs or not) under every policy and scope:
+	// every plan Fit returns is one the kubelet model, run on its own, hands over exactly.
+	rng := rand.New(rand.NewPCG(7, 14))
+	plans := 0
+	for it := 0; it < 600; it++ {
+		numaN := 2 + rng.IntN(3)
+		var numa []annotations.NUMACPUs
+		for u := 0; u < numaN; u++ {
+			numa = append(numa, numaCPUs(u, 8, rng.IntN(2), rng.IntN(6)))
+		}
+		k := kubeletOf(policies[rng.IntN(3)], scopes[rng.IntN(2)], rng.IntN(2) == 0, numa)
+		shares := 1 + 3*rng.IntN(2)
+		var at []int
+		for c := 2 + rng.IntN(5); c > 0; c-- {
+			at = append(at, rng.IntN(numaN))
+		}
+		gpus := a40s(shares, at...)
+		var held []Holding
+		for i := range gpus {
+			if rng.IntN(3) == 0 {
+				held = append(held, Holding{UUID: gpus[i].UUID, Slot: map[bool]int{true: -1, false: 0}[shares == 1], MemMiB: 20000, Cores: 30})
+			}
+		}
+		n := onKubelet(k, gpus, held...)
+		var cs []annotations.ContainerRequest
+		var cpus []annotations.ContainerCPU
+		for c := 1 + rng.IntN(3); c > 0; c-- {
+			r := whole(fmt.Sprintf("c%d", c), 1+rng.IntN(2))
+			if rng.IntN(2) == 0 {
+				r = shared(r.Name, r.Count, 4000, 10)
+			}
+			switch rng.IntN(4) {
+			case 0:
+				r = initC(r)
+			case 1:
+				r = sidecar(r)
+			}
+			cs = append(cs, r)
+		}
+		slices.SortStableFunc(cs, func(a, b annotations.ContainerRequest) int {
+			switch {
+			case a.Init == b.Init:
+				return 0
+			case a.Init:
+				return -1
+			}
+			return 1
+		})
+		req := annotations.PodRequest{Containers: cs}
+		if rng.IntN(2) == 0 {
+			for _, c := range cs {
+				cpus = append(cpus, annotations.ContainerCPU{Name: c.Name, Init: c.Init, Sidecar: c.Sidecar, Milli: int64(1000 * rng.IntN(4))})
+			}
+			req.Guaranteed, req.CPUs = true, cpus
+		}
+		p, err := decider(t, annotations.PolicyBinpack, []annotations.Policy{annotations.PolicyBinpack, annotations.PolicySpread}[rng.IntN(2)]).
+			Prepare(req, annotations.Selector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, r := p.Fit(n.state, nil)
+		if r != nil {
+			if r.Kind == ReasonKubeletChoice && r.Detail != "" {
+				t.Errorf("case %d: the model and the plan diverge: %v", it, r)
+			}
+			continue
+		}
+		plans++
+		t.Run(fmt.Sprint(it), func(t *testing.T) { modelAccepts(t, n, req, plan) })
+	}
+	if plans < 100 {
+		t.Errorf("only %d of 600 random pods placed", plans)
 	}
 }
