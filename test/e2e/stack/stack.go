@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +41,18 @@ type NodeSpec struct {
 	Name string
 	// Shares is the plugin's --shares: 1 for whole cards only, N > 1 for N pods per card.
 	Shares int
+	// Kubelet is the node's kubelet; Start fills in Name and adds the nvidia.com/gpu.present
+	// label. With a Machine or a TopologyManager or CPU manager policy, the device plugin also
+	// reads the kubelet's configuration file and the machine's NUMA nodes (--kubelet-config,
+	// --sysfs-root) and publishes them in the inventory, so the extender predicts the kubelet.
+	// With a Machine, every card of the node must be on one of its NUMA nodes.
+	Kubelet cluster.KubeletSpec
+}
+
+// reportsKubelet says whether the node's plugin publishes its kubelet's topology settings.
+func (n NodeSpec) reportsKubelet() bool {
+	k := n.Kubelet
+	return k.Machine != nil || k.TopologyManagerPolicy != "" || k.CPUManagerPolicy != ""
 }
 
 // DemoNodes are the nodes of examples/simulated-gpus.yaml: node-a and node-c give whole cards,
@@ -68,6 +81,9 @@ type Options struct {
 	HealthRecovery time.Duration
 	// Reconcile is the plugin's --reconcile-interval; 0 means 5s.
 	Reconcile time.Duration
+	// KubeletPoll is the plugin's --kubelet-poll-interval on nodes whose kubelet it reports
+	// (NodeSpec.Kubelet); 0 means 1s.
+	KubeletPoll time.Duration
 }
 
 func (o *Options) defaults() {
@@ -88,6 +104,9 @@ func (o *Options) defaults() {
 	}
 	if o.Reconcile == 0 {
 		o.Reconcile = 5 * time.Second
+	}
+	if o.KubeletPoll == 0 {
+		o.KubeletPoll = time.Second
 	}
 }
 
@@ -174,6 +193,9 @@ func Start(t cluster.TB, o Options) *Stack {
 			t.Fatalf("%s: %v", o.SimFile, err)
 		}
 		for _, c := range cards {
+			if m := n.Kubelet.Machine; m != nil && (c.NUMA < 0 || c.NUMA >= m.NUMANodes) {
+				t.Fatalf("%s: card %s of %s is on NUMA %d; its machine has NUMA nodes 0 to %d", o.SimFile, c.UUID, n.Name, c.NUMA, m.NUMANodes-1)
+			}
 			s.cards = append(s.cards, Card{Node: n.Name, Card: c})
 		}
 		s.nodeShare[n.Name] = n.Shares
@@ -241,7 +263,14 @@ func Start(t cluster.TB, o Options) *Stack {
 	c.StartScheduler(t, s.SchedulerConfig)
 
 	for i, n := range o.Nodes {
-		k := c.AddKubelet(t, cluster.KubeletSpec{Name: n.Name, Labels: map[string]string{"nvidia.com/gpu.present": "true"}})
+		spec := n.Kubelet
+		spec.Name = n.Name
+		spec.Labels = maps.Clone(spec.Labels)
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels["nvidia.com/gpu.present"] = "true"
+		k := c.AddKubelet(t, spec)
 		s.Kubelets[n.Name] = k
 		node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
@@ -252,7 +281,14 @@ func Start(t cluster.TB, o Options) *Stack {
 			t.Fatalf("device plugin credentials on %s: %v", n.Name, err)
 		}
 		s.pluginMetrics[n.Name] = "http://127.0.0.1:" + strconv.Itoa(ports[4+i]) + "/metrics"
-		s.Plugins[n.Name] = c.StartProcess(t, "device-plugin-"+n.Name, append([]string{filepath.Join(o.Bin, PluginBinary),
+		var kubeletArgs []string
+		if n.reportsKubelet() {
+			kubeletArgs, err = pluginKubeletArgs(c, k, o.KubeletPoll)
+			if err != nil {
+				t.Fatalf("device plugin on %s: %v", n.Name, err)
+			}
+		}
+		s.Plugins[n.Name] = c.StartProcess(t, "device-plugin-"+n.Name, append(append([]string{filepath.Join(o.Bin, PluginBinary),
 			"--node-name=" + n.Name,
 			"--kubeconfig=" + kc,
 			"--device-plugin-dir=" + k.DevicePluginDir,
@@ -262,7 +298,7 @@ func Start(t cluster.TB, o Options) *Stack {
 			"--listen=127.0.0.1:" + strconv.Itoa(ports[4+i]),
 			"--health-recovery-interval=" + o.HealthRecovery.String(),
 			"--reconcile-interval=" + o.Reconcile.String(),
-		}, logArgs...)...)
+		}, kubeletArgs...), logArgs...)...)
 	}
 	for _, n := range o.Nodes {
 		s.WaitAdvertised(t, n.Name)
@@ -270,6 +306,34 @@ func Start(t cluster.TB, o Options) *Stack {
 	s.waitWebhookKnowsCards(t)
 	t.Logf("Cardinal stack ready in %s: %d nodes, %d cards", time.Since(started).Round(time.Millisecond), len(o.Nodes), len(s.cards))
 	return s
+}
+
+// pluginKubeletArgs are the device plugin's flags that make it report kubelet k's topology: the
+// kubelet's configuration file, and a sysfs root whose devices/system/{node,cpu} are the synthetic
+// machine the kubelet sees in its mount namespace (the plugin runs outside it), or the host's /sys.
+func pluginKubeletArgs(c *cluster.Cluster, k *cluster.Kubelet, poll time.Duration) ([]string, error) {
+	config := filepath.Join(k.Dir, "config.yaml")
+	if _, err := os.Stat(config); err != nil {
+		return nil, fmt.Errorf("the kubelet's configuration file: %w", err)
+	}
+	sysfs := "/sys"
+	if k.Machine != nil {
+		machine := filepath.Join(k.Dir, "machine") // test/cluster's synthetic tree: cpu, node, cpuinfo
+		sysfs = filepath.Join(c.Dir, "sysfs-"+k.Name)
+		system := filepath.Join(sysfs, "devices", "system")
+		if err := os.MkdirAll(system, 0o755); err != nil {
+			return nil, err
+		}
+		for _, d := range []string{"node", "cpu"} {
+			if _, err := os.Stat(filepath.Join(machine, d)); err != nil {
+				return nil, fmt.Errorf("the kubelet's synthetic machine: %w", err)
+			}
+			if err := os.Symlink(filepath.Join(machine, d), filepath.Join(system, d)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return []string{"--kubelet-config=" + config, "--sysfs-root=" + sysfs, "--kubelet-poll-interval=" + poll.String()}, nil
 }
 
 // saUser is the username of a ServiceAccount in Namespace.
