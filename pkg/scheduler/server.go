@@ -238,6 +238,8 @@ func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
 	if req.Empty() {
 		return nil, nil
 	}
+	// QoS and whole CPUs per container: what the kubelet's CPU manager and TopologyManager see.
+	req.ReadCPUs(pod)
 	sel, err := annotations.ParseSelector(pod.Annotations)
 	if err != nil {
 		return nil, err
