@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -90,8 +91,10 @@ type watched struct {
 // (from one goroutine) whenever a card turns unhealthy or recovers.
 //
 // A card turns unhealthy on a critical XID (not in IgnoredXids), on a failed probe, when its events
-// cannot be registered, or when it had a Fault at discovery. A critical XID NVML cannot attribute to
-// a card marks every card unhealthy. Recovery: after a critical XID outside ResetXids, or a failed
+// cannot be registered, or when it had a Fault at discovery. An XID's card is found by the device
+// handle its events were registered with (a card off the bus cannot tell its UUID any more), else by
+// the UUID; only a critical XID whose handle is unknown and whose card NVML cannot name marks every
+// card unhealthy. Recovery: after a critical XID outside ResetXids, or a failed
 // probe, the card is healthy again once RecoveryInterval has passed without one and a probe passes.
 // After an XID in ResetXids the card must be reset: it recovers only when a probe passes after one
 // found it off the bus (what a reset looks like from NVML), or when the plugin restarts (the node
@@ -289,19 +292,22 @@ func (h *healthState) handleEvent(ev nvml.EventData, now time.Time) {
 	if reset {
 		reason += " (needs a GPU reset)"
 	}
-	var u string
-	ret := nvml.ERROR_INVALID_ARGUMENT
-	if ev.Device != nil {
-		u, ret = ev.Device.GetUUID()
-	}
-	w, ok := h.cards[u]
-	if ret != nvml.SUCCESS || !ok {
-		// NVML cannot say which card: any of them may be the broken one.
-		h.cfg.Log.Error(fmt.Errorf("critical XID %d on an unidentified card: %v", xid, ret), "marking every card unhealthy")
+	w, err := h.eventCard(ev.Device)
+	if err != nil {
+		// The event names no card this watcher knows: any of them may be the broken one.
+		h.cfg.Log.Error(fmt.Errorf("critical XID %d on an unidentified card: %w", xid, err), "marking every card unhealthy")
 		for _, w := range h.order {
-			if !w.permanent {
-				h.unhealthy(w, now, HealthEvent{UUID: w.card.UUID, Xid: xid, ResetRequired: reset, Reason: reason + " on a card NVML cannot name"})
+			if w.permanent {
+				continue
 			}
+			// Look at every card at once, as for a named one: the card that is off the bus now and
+			// answers later has been reset.
+			lost := false
+			if reset {
+				lost, _ = probe(h.lib, w)
+			}
+			h.unhealthy(w, now, HealthEvent{UUID: w.card.UUID, Xid: xid, ResetRequired: reset, Reason: reason + " on a card NVML cannot name"})
+			w.wentLost = w.wentLost || lost
 		}
 		return
 	}
@@ -314,8 +320,41 @@ func (h *healthState) handleEvent(ev nvml.EventData, now time.Time) {
 	if reset {
 		lost, _ = probe(h.lib, w)
 	}
-	h.unhealthy(w, now, HealthEvent{UUID: u, Xid: xid, ResetRequired: reset, Reason: reason})
+	h.unhealthy(w, now, HealthEvent{UUID: w.card.UUID, Xid: xid, ResetRequired: reset, Reason: reason})
 	w.wentLost = w.wentLost || lost
+}
+
+// eventCard finds the card an event's device handle belongs to. The handle comes first: a card that
+// fell off the bus (XID 79) fails every NVML call, GetUUID included, but its event still carries the
+// handle this watcher registered for it. The UUID is asked only for a handle no card was seen with.
+func (h *healthState) eventCard(d nvml.Device) (*watched, error) {
+	if d == nil {
+		return nil, errors.New("the event has no device")
+	}
+	for _, w := range h.order {
+		if sameHandle(w.dev, d) {
+			return w, nil
+		}
+	}
+	u, ret := d.GetUUID()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("unknown device handle, UUID: %w", ret)
+	}
+	w, ok := h.cards[u]
+	if !ok {
+		return nil, fmt.Errorf("unknown card %s", u)
+	}
+	return w, nil
+}
+
+// sameHandle reports whether a and b are the same NVML device handle. NVML's handles are comparable
+// values (a pointer in a struct); a handle type that cannot be compared never matches.
+func sameHandle(a, b nvml.Device) bool {
+	if a == nil || b == nil || reflect.TypeOf(a) != reflect.TypeOf(b) {
+		return false
+	}
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Comparable() && vb.Comparable() && va.Equal(vb)
 }
 
 // probe asks NVML for the card's UUID, a live reading (temperature) and pending row remaps; a card

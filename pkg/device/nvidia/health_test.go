@@ -324,3 +324,72 @@ func TestHealthCardFaultyAtDiscoveryStaysUnhealthy(t *testing.T) {
 	}
 	h.noEventFor(t, 10)
 }
+
+// A card that falls off the bus fails every NVML call, GetUUID included, so its XID 79 names it only
+// by the device handle the watcher registered: that card, and only that one, turns unhealthy, and it
+// recovers once it answers again (the reset the simulator performs when the fault is cleared).
+func TestHealthCardOffTheBusIsIdentifiedByItsHandle(t *testing.T) {
+	h := startHealth(t, twoCards(), nil)
+	h.srv.SetFault("GPU-b", sim.FaultLost)
+	got := h.next(t)
+	want := nvidia.HealthEvent{UUID: "GPU-b", Xid: sim.XidFallenOffBus, ResetRequired: true, Reason: "critical XID 79 (needs a GPU reset)"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("unhealthy event (-want +got):\n%s", diff)
+	}
+	// Off the bus for a while: probes fail, nothing more is reported (GPU-a above all).
+	h.noEventFor(t, 10)
+	h.srv.SetFault("GPU-b", sim.FaultNone)
+	got = h.next(t)
+	want = nvidia.HealthEvent{UUID: "GPU-b", Healthy: true, Reason: "the card answers again after falling off the bus: reset observed"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("recovery event (-want +got):\n%s", diff)
+	}
+	h.noEventFor(t, 5)
+}
+
+// chanLib delivers the events a test sends, through an event set it controls.
+type chanLib struct {
+	*sim.Server
+	events chan nvml.EventData
+}
+
+func (l *chanLib) EventSetCreate() (nvml.EventSet, nvml.Return) {
+	return &mock.EventSet{
+		FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+			select {
+			case e := <-l.events:
+				return e, nvml.SUCCESS
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			}
+		},
+	}, nvml.SUCCESS
+}
+
+// A critical XID on a handle the watcher never registered, whose UUID NVML cannot tell, still marks
+// every card unhealthy. The card found off the bus then recovers once it answers again; the others
+// need a reset (or a plugin restart).
+func TestHealthXidOnUnknownHandleMarksEveryCard(t *testing.T) {
+	lib := &chanLib{events: make(chan nvml.EventData, 1)}
+	h := startHealth(t, twoCards(), func(s *sim.Server) nvidia.Library { lib.Server = s; return lib })
+	unknown := &mock.Device{GetUUIDFunc: func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }}
+	h.srv.SetFault("GPU-b", sim.FaultLost)
+	lib.events <- nvml.EventData{Device: unknown, EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	got := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		e := h.next(t)
+		if e.Healthy || !e.ResetRequired || e.Reason != "critical XID 79 (needs a GPU reset) on a card NVML cannot name" {
+			t.Fatalf("event %+v, want unhealthy needing a reset, on a card NVML cannot name", e)
+		}
+		got[e.UUID] = true
+	}
+	if diff := cmp.Diff(map[string]bool{"GPU-a": true, "GPU-b": true}, got); diff != "" {
+		t.Errorf("cards marked (-want +got):\n%s", diff)
+	}
+	h.srv.SetFault("GPU-b", sim.FaultNone)
+	if e := h.next(t); e.UUID != "GPU-b" || !e.Healthy {
+		t.Fatalf("event %+v, want GPU-b healthy after its reset", e)
+	}
+	h.noEventFor(t, 10)
+}

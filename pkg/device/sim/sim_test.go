@@ -292,3 +292,75 @@ func TestWatchAppliesFaults(t *testing.T) {
 		t.Errorf("UUID after the fault cleared: %q, %v", u, ret)
 	}
 }
+
+// The plugin's path for a card falling off the bus, from the file to the health watcher: `fault:
+// lost` on one of four cards makes that card, and only that one, unhealthy (its XID 79 arrives on a
+// handle whose every call fails), and removing the fault brings it back.
+func TestFileFaultLostTakesOnlyThatCardOffTheBus(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gpus.yaml")
+	write := func(fault string) {
+		t.Helper()
+		y := "nodes:\n  node1:\n    - {model: A100, memoryMiB: 81920, count: 3}\n    - {model: A100, memoryMiB: 81920, uuid: GPU-x" + fault + "}\n"
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	cards, err := sim.Load(path, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.New(cards)
+	found, err := nvidia.Discover(srv, srv.NUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan nvidia.HealthEvent, 16)
+	started := make(chan struct{})
+	done := make(chan error, 2)
+	go func() { done <- srv.Watch(ctx, path, "node1", logr.Discard()) }()
+	go func() {
+		done <- nvidia.WatchHealth(ctx, nvidia.HealthConfig{Lib: srv, Cards: found, RecoveryInterval: 20 * time.Millisecond,
+			WaitTimeout: 5 * time.Millisecond, Log: logr.Discard(), Started: func() { close(started) }},
+			func(e nvidia.HealthEvent) { events <- e })
+	}()
+	defer func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	<-started
+	next := func() nvidia.HealthEvent {
+		t.Helper()
+		select {
+		case e := <-events:
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("no health event")
+			return nvidia.HealthEvent{}
+		}
+	}
+	write(", fault: lost")
+	if e := next(); e.UUID != "GPU-x" || e.Healthy || e.Xid != sim.XidFallenOffBus {
+		t.Fatalf("event %+v, want GPU-x unhealthy by XID 79", e)
+	}
+	time.Sleep(100 * time.Millisecond) // five recovery intervals off the bus
+	write(", fault: none")
+	if e := next(); e.UUID != "GPU-x" || !e.Healthy {
+		t.Fatalf("event %+v, want GPU-x healthy again", e)
+	}
+	select {
+	case e := <-events:
+		t.Fatalf("unexpected event %+v (only GPU-x went off the bus)", e)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
