@@ -57,6 +57,12 @@ func TestDevicePluginDeviceListStrategy(t *testing.T) {
 			wantFlags: with("volume-mounts,cdi-cri", cdiDefaults), wantMount: true},
 		{name: "the plugin's mount asked for with cdi-cri", plugin: map[string]any{"deviceListStrategy": []string{"cdi-cri"}, "allDevicesVolumeMount": true},
 			wantFlags: with("cdi-cri", cdiDefaults), wantMount: true},
+		// helm upgrade --reuse-values from a release made before these values existed: they are absent
+		// (null removes them here); the plugin gets envvar, no CDI flags, no mount.
+		{name: "values of an older release", plugin: map[string]any{"deviceListStrategy": nil, "cdi": nil, "allDevicesVolumeMount": nil},
+			wantFlags: with("envvar", nil)},
+		{name: "older release values with a CDI strategy set", plugin: map[string]any{"deviceListStrategy": []string{"cdi-cri"}, "cdi": nil},
+			wantFlags: with("cdi-cri", cdiDefaults)},
 		{name: "simulated cards: no mount", plugin: sim(map[string]any{"deviceListStrategy": []string{"volume-mounts"}}),
 			wantFlags: with("volume-mounts", nil)},
 	}
