@@ -339,6 +339,7 @@ func TestKubeScoringKeepsTheCoresChoice(t *testing.T) {
 	}
 	cfg := baseConfig(nodes, pods)
 	cfg.Seeds, cfg.Record, cfg.NodePolicy, cfg.GPUPolicy = []uint64{1}, true, annotations.PolicyBinpack, annotations.PolicyBinpack
+	cfg.Scoring = ScoringCore
 	coreRes, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
