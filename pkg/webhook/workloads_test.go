@@ -26,8 +26,12 @@ func workloads(tmpl corev1.PodTemplateSpec) map[string]struct {
 	kind metav1.GroupVersionKind
 	obj  runtime.Object
 } {
-	apps := func(k string) metav1.GroupVersionKind { return metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: k} }
-	batch := func(k string) metav1.GroupVersionKind { return metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: k} }
+	apps := func(k string) metav1.GroupVersionKind {
+		return metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: k}
+	}
+	batch := func(k string) metav1.GroupVersionKind {
+		return metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: k}
+	}
 	type w = struct {
 		kind metav1.GroupVersionKind
 		obj  runtime.Object
