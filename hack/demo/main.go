@@ -2,8 +2,10 @@
 // kube-apiserver, kube-scheduler and three real kubelets with a fake container runtime), installs
 // Cardinal from its Helm chart with the device plugin on the simulated cards of
 // examples/simulated-gpus.yaml, submits the example pods of examples/ one by one, and prints where
-// each went: node, cards (model, UUID, NUMA node) as the kubelet's PodResources API reports them,
-// and for a pod that stays Pending the reason on each node.
+// each went: node, cards (model, UUID, NUMA node) as the kubelet's PodResources API reports them
+// (and, on node-c, whose kubelet runs the TopologyManager policy single-numa-node with the static CPU
+// manager, a Guaranteed pod's exclusive CPUs and their NUMA node), and for a pod that stays Pending
+// the reason on each node.
 //
 // Run it with `make demo` (as root: kubelets need mount namespaces). With DEMO_KEEP=1 the cluster
 // keeps running until Ctrl-C, and the demo prints how to point kubectl at it.
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -33,6 +36,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/cpuset"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -43,7 +48,28 @@ import (
 // examplePods are the files of examples/ submitted, in this order, each after the previous one has
 // settled: by-uuid first, so that no other A100 pod can take the card it names.
 func examplePods() []string {
-	return []string{"by-uuid", "by-type", "nouse-type", "numa-bind", "shared", "multi-container", "impossible"}
+	return []string{"by-uuid", "by-type", "nouse-type", "numa-bind", "shared", "multi-container", "numa-aligned", "impossible"}
+}
+
+// topologyNode is the demo node whose kubelet runs a TopologyManager policy with the static CPU
+// manager, on a machine of 2 NUMA nodes x 8 CPUs (CPU 0 reserved): Guaranteed pods there get
+// exclusive CPUs on their cards' NUMA node (examples/numa-aligned.yaml).
+const topologyNode = "node-c"
+
+// demoNodes are stack.DemoNodes with topologyNode's kubelet set up.
+func demoNodes() []stack.NodeSpec {
+	nodes := stack.DemoNodes()
+	for i := range nodes {
+		if nodes[i].Name == topologyNode {
+			nodes[i].Kubelet = cluster.KubeletSpec{
+				Machine:               &cluster.Machine{NUMANodes: 2, CPUsPerNUMA: 8},
+				TopologyManagerPolicy: annotations.TopologyPolicySingleNUMANode,
+				CPUManagerPolicy:      annotations.CPUManagerPolicyStatic,
+				ReservedCPUs:          "0",
+			}
+		}
+	}
+	return nodes
 }
 
 // settleTimeout bounds the wait for one pod to be Running or reported unschedulable.
@@ -90,8 +116,9 @@ func main() {
 func demo(t *tb, root, bin string, keep bool) {
 	started := time.Now()
 	fmt.Println("Starting a local cluster: etcd, kube-apiserver, kube-scheduler, 3 kubelets with simulated GPUs;")
-	fmt.Println("installing Cardinal from charts/cardinal ...")
-	s := stack.Start(t, stack.Options{Root: root, Bin: bin})
+	fmt.Printf("%s's kubelet sees 2 NUMA nodes x 8 CPUs and runs the TopologyManager policy single-numa-node\n", topologyNode)
+	fmt.Println("with the static CPU manager; installing Cardinal from charts/cardinal ...")
+	s := stack.Start(t, stack.Options{Root: root, Bin: bin, Nodes: demoNodes()})
 	fmt.Printf("Cluster ready in %s. Submitting the pods of examples/ ...\n\n", time.Since(started).Round(100*time.Millisecond))
 
 	// Admission warnings (kubectl prints them) are collected and shown with the table.
@@ -196,7 +223,7 @@ func settle(t *tb, s *stack.Stack, name string) row {
 	})
 	r := row{pod: name, selector: selector(p), node: p.Spec.NodeName, phase: p.Status.Phase}
 	if p.Status.Phase == corev1.PodRunning {
-		cards, err := cardsOf(s, p)
+		cards, err := cardsOf(t, s, p)
 		if err != nil {
 			t.Fatalf("%v", err)
 		}
@@ -221,6 +248,9 @@ func selector(p *corev1.Pod) string {
 			if q, ok := c.Resources.Limits[n]; ok {
 				res = append(res, strings.TrimPrefix(string(n), "nvidia.com/")+"="+strconv.FormatInt(q.Value(), 10))
 			}
+		}
+		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && len(res) > 0 {
+			res = append(res, "cpu="+q.String()) // a limit: Guaranteed, exclusive CPUs under the static policy
 		}
 		if len(res) > 0 {
 			prefix := ""
@@ -261,8 +291,12 @@ func shortUUID(u string) string {
 }
 
 // cardsOf lists, per GPU container, the cards its kubelet's PodResources record holds.
-func cardsOf(s *stack.Stack, p *corev1.Pod) ([]string, error) {
+func cardsOf(t *tb, s *stack.Stack, p *corev1.Pod) ([]string, error) {
 	devs, err := s.Devices(context.Background(), p.Spec.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	cpus, err := exclusiveCPUs(t, s, p)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +332,44 @@ func cardsOf(s *stack.Stack, p *corev1.Pod) ([]string, error) {
 		if len(p.Spec.Containers) > 1 {
 			prefix = c.Name + ": "
 		}
-		out = append(out, prefix+strings.Join(cards, "; "))
+		out = append(out, prefix+strings.Join(cards, "; ")+cpus[c.Name])
+	}
+	return out, nil
+}
+
+// exclusiveCPUs describes, per container, the CPUs the kubelet's static CPU manager gave it for
+// its exclusive use (PodResources) and their NUMA nodes: "; CPUs 1-4 on NUMA 0". Containers that
+// share the node's CPU pool are left out.
+func exclusiveCPUs(t *tb, s *stack.Stack, p *corev1.Pod) (map[string]string, error) {
+	k := s.Kubelets[p.Spec.NodeName]
+	out := map[string]string{}
+	if k == nil || k.Machine == nil {
+		return out, nil
+	}
+	resp, err := k.PodResources(t).List(context.Background(), &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("pod resources of %s: %w", k.Name, err)
+	}
+	for _, pr := range resp.GetPodResources() {
+		if pr.GetNamespace() != p.Namespace || pr.GetName() != p.Name {
+			continue
+		}
+		for _, c := range pr.GetContainers() {
+			var ids []int
+			numa := map[int]bool{}
+			for _, id := range c.GetCpuIds() {
+				ids = append(ids, int(id))
+				numa[k.Machine.NUMANodeOf(int(id))] = true
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			var nodes []string
+			for _, n := range slices.Sorted(maps.Keys(numa)) {
+				nodes = append(nodes, strconv.Itoa(n))
+			}
+			out[c.GetName()] = fmt.Sprintf("; CPUs %s on NUMA %s", cpuset.New(ids...).String(), strings.Join(nodes, ","))
+		}
 	}
 	return out, nil
 }
