@@ -269,7 +269,7 @@ func TestKubeletNUMATopology(t *testing.T) {
 		WaitFor(t, waitTimeout, "four-cpus in pod-resources after the restart", func() (bool, error) {
 			resp, err := pr.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 			if err != nil {
-				return false, nil // the new socket may not answer yet
+				return false, nil //nolint:nilerr // polling: the new socket may not answer yet
 			}
 			for _, p := range resp.PodResources {
 				if p.Name == "four-cpus" && len(p.Containers) == 1 {

@@ -166,7 +166,7 @@ func (r *Rotator) Run(ctx context.Context) error {
 		due, err := r.Reconcile(ctx)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return nil //nolint:nilerr // stopping is not a failure; err is the cancelled context's
 		case err != nil:
 			r.log.Error(err, "Certificate reconciliation failed; retrying")
 			wait = min(wait, time.Second)
