@@ -680,11 +680,11 @@ func startPlainScheduler(t *testing.T, c *cluster.Cluster) *cluster.Process {
 	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/readyz"
 	stack.Wait(t, runTimeout, "plain kube-scheduler ready", func() (bool, string, error) {
 		if exited, err := p.Exited(); exited {
-			return false, "", fmt.Errorf("plain kube-scheduler exited (%v):\n%s", err, p.Tail(30))
+			return false, "", fmt.Errorf("plain kube-scheduler exited (%w):\n%s", err, p.Tail(30))
 		}
 		resp, err := client.Get(url)
 		if err != nil {
-			return false, err.Error(), nil
+			return false, err.Error(), nil //nolint:nilerr // polling: not listening yet
 		}
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status, nil

@@ -203,7 +203,7 @@ func checkKubeletInventory(t *testing.T, e *env, nodes []tmNode) {
 		stack.Wait(t, runTimeout, "the inventory of "+n.name+" reporting its kubelet", func() (bool, string, error) {
 			inv, err := e.Inventory(context.Background(), n.name)
 			if err != nil {
-				return false, err.Error(), nil
+				return false, err.Error(), nil //nolint:nilerr // polling: not published yet
 			}
 			k := inv.Kubelet
 			if k == nil {
