@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -44,38 +43,17 @@ func NewHandler(rules *Rules, cards CardSource, metrics *Metrics) *Handler {
 // Webhook wraps the handler in controller-runtime's admission.Webhook, whose per-request logger
 // comes from log.
 func (h *Handler) Webhook(log logr.Logger) *admission.Webhook {
-	return &admission.Webhook{
-		Handler: h,
-		LogConstructor: func(_ logr.Logger, req *admission.Request) logr.Logger {
-			if req == nil {
-				return log
-			}
-			return log.WithValues(logging.KeyPod, req.Namespace+"/"+req.Name, "operation", req.Operation,
-				"user", req.UserInfo.Username, "uid", req.UID)
-		},
-	}
+	return newWebhook(h, log, func(req *admission.Request) logr.Logger {
+		return log.WithValues(logging.KeyPod, req.Namespace+"/"+req.Name)
+	})
 }
+
+// podVerdicts are the pod handler's log messages.
+var podVerdicts = verdictMessages{refused: "Refused a pod", failed: "Could not decide on a pod", admitted: "Admitted a pod"}
 
 // Handle decides one admission request.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	start := time.Now()
-	resp, outcome, reason := h.handle(req)
-	took := time.Since(start)
-	if h.metrics != nil {
-		h.metrics.observe(req.Operation, outcome, reason, took)
-	}
-	log := logr.FromContextOrDiscard(ctx)
-	switch outcome {
-	case OutcomeDenied:
-		log.Info("Refused a pod", logging.KeyReason, reason, "message", resp.Result.Message)
-	case OutcomeError:
-		log.Error(fmt.Errorf("%s", resp.Result.Message), "Could not decide on a pod")
-	default:
-		if v := log.V(1); v.Enabled() {
-			v.Info("Admitted a pod", "outcome", outcome, "warnings", resp.Warnings, logging.KeyDuration, took)
-		}
-	}
-	return resp
+	return decideAndLog(ctx, req, h.metrics, podVerdicts, h.handle)
 }
 
 func (h *Handler) handle(req admission.Request) (admission.Response, Outcome, Reason) {

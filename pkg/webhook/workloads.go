@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -15,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
-
-	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
 
 // WorkloadsPath is where the webhook server serves the validation of workloads (the pod templates
@@ -49,34 +46,17 @@ func NewWorkloadHandler(rules *Rules, cards CardSource, metrics *Metrics) *Workl
 
 // Webhook wraps the handler in controller-runtime's admission.Webhook.
 func (h *WorkloadHandler) Webhook(log logr.Logger) *admission.Webhook {
-	return &admission.Webhook{
-		Handler: h,
-		LogConstructor: func(_ logr.Logger, req *admission.Request) logr.Logger {
-			if req == nil {
-				return log
-			}
-			return log.WithValues("workload", req.Kind.Kind+" "+req.Namespace+"/"+req.Name, "operation", req.Operation,
-				"user", req.UserInfo.Username, "uid", req.UID)
-		},
-	}
+	return newWebhook(h, log, func(req *admission.Request) logr.Logger {
+		return log.WithValues("workload", req.Kind.Kind+" "+req.Namespace+"/"+req.Name)
+	})
 }
+
+// workloadVerdicts are the workload handler's log messages.
+var workloadVerdicts = verdictMessages{refused: "Refused a workload", failed: "Could not decide on a workload", admitted: "Admitted a workload"}
 
 // Handle decides one admission request.
 func (h *WorkloadHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	start := time.Now()
-	resp, outcome, reason := h.handle(req)
-	took := time.Since(start)
-	if h.metrics != nil {
-		h.metrics.observe(req.Operation, outcome, reason, took)
-	}
-	log := logr.FromContextOrDiscard(ctx)
-	switch outcome {
-	case OutcomeDenied:
-		log.Info("Refused a workload", logging.KeyReason, reason, "message", resp.Result.Message)
-	case OutcomeError:
-		log.Error(fmt.Errorf("%s", resp.Result.Message), "Could not decide on a workload")
-	}
-	return resp
+	return decideAndLog(ctx, req, h.metrics, workloadVerdicts, h.handle)
 }
 
 func (h *WorkloadHandler) handle(req admission.Request) (admission.Response, Outcome, Reason) {
