@@ -129,6 +129,11 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 		t.Errorf("README kubelet field table (first column, in order) differs from KubeletTopology's JSON fields (-code +README):\n%s", diff)
 	}
 	delete(tables, kubeletTableHeader)
+	const sharingTableHeader = "| sharing field | value | meaning |"
+	if diff := cmp.Diff(jsonFields(reflect.TypeOf(Sharing{}), ""), tables[sharingTableHeader]); diff != "" {
+		t.Errorf("README sharing field table (first column, in order) differs from Sharing's JSON fields (-code +README):\n%s", diff)
+	}
+	delete(tables, sharingTableHeader)
 	const (
 		resourceTable = "| resource | flag | value | meaning |"
 		podTable      = "| key | value | rule |"
@@ -162,6 +167,11 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 	for _, p := range Policies {
 		if !strings.Contains(section, "`"+string(p)+"`") {
 			t.Errorf("README contract does not name policy `%s`", p)
+		}
+	}
+	for _, m := range SharingModes {
+		if !strings.Contains(section, "`"+m+"`") {
+			t.Errorf("README contract does not name sharing mode `%s`", m)
 		}
 	}
 	for _, flag := range []string{"--resource-gpu", "--resource-gpumem", "--resource-gpumem-percentage", "--resource-gpucores"} {

@@ -47,6 +47,9 @@ type Inventory struct {
 	// Kubelet is the node's kubelet topology settings; nil when the plugin does not report them
 	// (then the extender assumes the TopologyManager policy none).
 	Kubelet *KubeletTopology `json:"kubelet,omitempty"`
+	// Sharing is how the node enforces the limits of shared cards; nil means mode none (added in
+	// v1 without a version change: older readers ignore it).
+	Sharing *Sharing `json:"sharing,omitempty"`
 }
 
 // Assignment is the Pod annotation GPUAssignment, written by the extender at bind.
@@ -186,6 +189,11 @@ func (inv *Inventory) validate() error {
 		}
 		if g.Shares < 1 || g.Shares > 1024 {
 			return errorf(GPUInventory, "gpus[%d].shares: %d is not in 1..1024", i, g.Shares)
+		}
+	}
+	if inv.Sharing != nil {
+		if err := inv.Sharing.validate(); err != nil {
+			return err
 		}
 	}
 	if inv.Kubelet != nil {
