@@ -26,7 +26,7 @@ func main() {
 			"Cardinal's device plugin. Discovers the node's NVIDIA cards through NVML (or --simulate), writes\n"+
 			"them to the Node annotation cardinal.io/gpu-inventory, registers the GPU resource with the kubelet\n"+
 			"and answers Allocate with the cards cardinal.io/gpu-assignment names, setting NVIDIA_VISIBLE_DEVICES\n"+
-			"and, for shared cards, the HAMi-core and MPS limit variables.\n\nFlags:\n")
+			"and, for shared cards, the limits the node's --sharing-mode enforces (MPS or HAMi-core).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of this node (default $NODE_NAME)")
@@ -46,6 +46,7 @@ func main() {
 	fs.Var(&cfg.ResetXids, "health-reset-xids", "comma-separated critical XIDs after which a card stays unhealthy until it is reset or the plugin restarts; empty: none")
 	cfg.Names.AddFlags(fs)
 	cfg.DeviceList.AddFlags(fs)
+	cfg.Sharing.AddFlags(fs)
 	logOpts.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {

@@ -30,7 +30,7 @@ const (
 
 // containerResponse is a served container's Allocate response: its cards, named to the runtime as
 // the device-list strategies say (devicelist.go), and its environment.
-func containerResponse(t *deviceTable, o outcome, dl DeviceListConfig) *pluginapi.ContainerAllocateResponse {
+func containerResponse(t *deviceTable, o outcome, dl DeviceListConfig, sc SharingConfig) *pluginapi.ContainerAllocateResponse {
 	uuids := t.visibleUUIDs(o.IDs)
 	cards := make([]listedCard, len(uuids))
 	for i, u := range uuids {
@@ -42,7 +42,21 @@ func containerResponse(t *deviceTable, o outcome, dl DeviceListConfig) *pluginap
 		key = cdiAnnotationKey(string(o.Owner.Pod.UID), o.Owner.Name)
 	}
 	listDevices(dl, cards, key).apply(r)
+	if shared(o) {
+		sc.sharedResponse(r, key)
+	}
 	return r
+}
+
+// shared reports whether a served container shares its cards: a container of a pod Cardinal
+// scheduled that asked for memory or cores. Its node's sharing mode applies to it; whole-card
+// containers get their cards alone and nothing of the mode.
+func shared(o outcome) bool {
+	if o.Owner == nil || !o.Owner.Pod.HasAssignment {
+		return false
+	}
+	req, ok := o.Owner.Pod.Requests[o.Owner.Name]
+	return ok && req.Shared
 }
 
 // visibleUUIDs are the cards of a container's IDs, each once, in the order CUDA numbers them: the

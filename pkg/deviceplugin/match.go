@@ -31,6 +31,10 @@ const (
 	// ReasonCapacity: the kubelet chose cards other than the owner's assignment (or the owner has
 	// none) and a card lacks the memory, cores or exclusivity the owner needs beside the pods on it.
 	ReasonCapacity Reason = "insufficient-capacity"
+	// ReasonSharingNotReady: the container shares its cards and the node's sharing mode (mps,
+	// hami-core) cannot enforce limits now (the MPS control daemon does not answer, the HAMi-core
+	// library is missing).
+	ReasonSharingNotReady Reason = "sharing-not-ready"
 )
 
 // AllocateError is a refused Allocate; the message names the cause so a person reading the pod's

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"sync"
@@ -31,8 +32,10 @@ type Plugin struct {
 	topology bool
 	// deviceList is how Allocate names the cards to the container runtime.
 	deviceList DeviceListConfig
-	log        logr.Logger
-	metrics    *metrics
+	// sharing is how shared containers' limits are enforced on this node (sharing.go).
+	sharing SharingConfig
+	log     logr.Logger
+	metrics *metrics
 	// record is called (outside the lock) with pods whose allocation record must be written.
 	record func(types.UID)
 	// devicesChanged is called (outside the lock) after a health change.
@@ -49,6 +52,9 @@ type Plugin struct {
 	seq   uint64
 	// synced is set once the pod informer has synced (MarkSynced).
 	synced bool
+	// sharingErr is why the sharing mode's enforcement does not work now (nil: it works, or the
+	// mode is none); set by SetSharingHealth.
+	sharingErr error
 	// local holds what this process learned (its Allocate answers, PodResources) and has not yet
 	// seen come back on the pod, by pod and container.
 	local map[types.UID]map[string]annotations.ContainerAllocation
@@ -71,8 +77,11 @@ type pluginOptions struct {
 	Topology bool
 	// DeviceList: see Plugin.deviceList; empty fields take DefaultDeviceListConfig's.
 	DeviceList DeviceListConfig
-	Log        logr.Logger
-	Metrics    *metrics
+	// Sharing: see Plugin.sharing; the zero value is mode none. An enforced mode starts not ready
+	// until SetSharingHealth says otherwise.
+	Sharing SharingConfig
+	Log     logr.Logger
+	Metrics *metrics
 	// CacheWait: see Plugin.cacheWait; zero means DefaultCacheWait.
 	CacheWait time.Duration
 }
@@ -83,7 +92,8 @@ const DefaultCacheWait = 5 * time.Second
 
 func newPlugin(o pluginOptions) *Plugin {
 	p := &Plugin{
-		node: o.Node, names: o.Names, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), log: o.Log, metrics: o.Metrics,
+		node: o.Node, names: o.Names, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), sharing: o.Sharing.withDefaults(),
+		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
@@ -96,6 +106,9 @@ func newPlugin(o pluginOptions) *Plugin {
 	}
 	if p.metrics == nil {
 		p.metrics = newMetrics()
+	}
+	if p.sharing.enforced() {
+		p.sharingErr = errSharingUnchecked
 	}
 	p.metrics.setDevices(p.table)
 	return p
@@ -188,11 +201,31 @@ func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
 	return true
 }
 
+// errSharingUnchecked is the sharing state before the first check.
+var errSharingUnchecked = errors.New("not checked yet")
+
+// SetSharingHealth records the latest check of the sharing mode's enforcement (nil: it works); it
+// reports whether readiness changed, and then has the inventory rewritten.
+func (p *Plugin) SetSharingHealth(err error) bool {
+	p.mu.Lock()
+	changed := (err == nil) != (p.sharingErr == nil)
+	p.sharingErr = err
+	p.mu.Unlock()
+	if changed {
+		p.devicesChanged()
+	}
+	return changed
+}
+
 // Inventory returns the node's inventory as it should be published.
 func (p *Plugin) Inventory() annotations.Inventory {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.table.inventory()
+	inv := p.table.inventory()
+	if p.sharing.enforced() {
+		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingErr == nil}
+	}
+	return inv
 }
 
 // holdersLocked lists every GPU container of the pods on this node, in the order the kubelet admits
@@ -314,6 +347,10 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	})
 	for _, c := range req.ContainerRequests {
 		o, aerr := resolve(p.table, holders, c.DevicesIds)
+		if aerr == nil && p.sharingErr != nil && shared(o) {
+			aerr = refuse(ReasonSharingNotReady, []*podEntry{o.Owner.Pod}, "container %s of pod %s shares its cards, but this node's %s sharing cannot enforce its limits now: %v",
+				o.Owner.Name, o.Owner.Pod.key(), p.sharing.Mode, p.sharingErr)
+		}
 		if aerr != nil {
 			p.mu.Unlock()
 			p.metrics.allocated(string(aerr.Reason), time.Since(start))
@@ -324,7 +361,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		// A later request in the same call must not match this container again.
 		o.Owner.Allocated = true
 		served = append(served, o)
-		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(p.table, o, p.deviceList))
+		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(p.table, o, p.deviceList, p.sharing))
 	}
 	var toRecord []types.UID
 	for _, o := range served {

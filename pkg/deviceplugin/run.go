@@ -67,6 +67,10 @@ type Config struct {
 	Names annotations.ResourceNames
 	// DeviceList is how Allocate names a container's cards to the container runtime (devicelist.go).
 	DeviceList DeviceListConfig
+	// Sharing is how shared containers' limits are enforced on the node (sharing.go).
+	Sharing SharingConfig
+	// SharingProbe, when set, replaces the mode's own check of its enforcement (tests).
+	SharingProbe SharingProbe
 	// SysfsRoot is where NUMA nodes are read from (<root>/bus/pci/devices/<busid>/numa_node, and
 	// <root>/devices/system/node/node<N>/cpulist with KubeletConfig).
 	SysfsRoot string
@@ -102,6 +106,7 @@ func DefaultConfig() Config {
 		Listen:                 ":9400",
 		Names:                  annotations.DefaultResourceNames(),
 		DeviceList:             DefaultDeviceListConfig(),
+		Sharing:                DefaultSharingConfig(),
 		SysfsRoot:              "/sys",
 		ReconcileInterval:      30 * time.Second,
 		HealthRecoveryInterval: 30 * time.Second,
@@ -147,6 +152,9 @@ func (c *Config) validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.DeviceList.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Sharing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -204,7 +212,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 	m := newMetrics()
 	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, Cards: cards, Shares: cfg.Shares, Topology: cfg.Topology,
-		DeviceList: cfg.DeviceList, Log: log.WithName("plugin"), Metrics: m})
+		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, Log: log.WithName("plugin"), Metrics: m})
+	if cfg.Sharing.Mode == annotations.SharingHAMiCore {
+		if err := writePreload(cfg.Sharing.HAMiCorePreloadDir); err != nil {
+			return err
+		}
+	}
 
 	podInformers := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
@@ -309,6 +322,15 @@ func Run(ctx context.Context, cfg Config) error {
 			IgnoredXids: cfg.IgnoredXids.set(), ResetXids: cfg.ResetXids.set(), Log: log.WithName("health")},
 			func(ev nvidia.HealthEvent) { p.SetHealth(ev) })
 	})
+	if probe := cfg.SharingProbe; probe != nil || cfg.Sharing.probe() != nil {
+		if probe == nil {
+			probe = cfg.Sharing.probe()
+		}
+		g.Go(func() error {
+			watchSharing(ctx, probe, cfg.Sharing.CheckInterval, func(err error) { p.SetSharingHealth(err) }, log.WithName("sharing"))
+			return nil
+		})
+	}
 	g.Go(func() error {
 		return reconcileLoop(ctx, p, cfg.PodResourcesSocket, cfg.ReconcileInterval, records.enqueue, log.WithName("podresources"))
 	})

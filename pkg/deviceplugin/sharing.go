@@ -1,0 +1,275 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// Environment variables and paths of the enforced sharing modes (README "Sharing that is enforced").
+const (
+	// EnvMPSPipeDirectory tells a CUDA client where the MPS control daemon's pipes and sockets are.
+	EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
+	// EnvHAMiCoreSharedCache is the file HAMi-core keeps the container's usage in, shared by the
+	// container's processes.
+	EnvHAMiCoreSharedCache = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+
+	// MPSContainerPipeDir is where a shared container sees the node's MPS pipe directory.
+	MPSContainerPipeDir = "/run/cardinal/mps/pipe"
+	// MPSContainerShm is where a shared container sees the node's MPS shared memory (the tmpfs the
+	// daemon also has at /dev/shm).
+	MPSContainerShm = "/dev/shm"
+	// MPSControl is the control daemon's socket in the pipe directory.
+	MPSControl = "control"
+	// HAMiCoreContainerLibrary is where a shared container sees HAMi-core's library.
+	HAMiCoreContainerLibrary = "/usr/local/vgpu/libvgpu.so"
+	// ContainerPreload is the dynamic loader's preload list; mounted over it, it loads HAMi-core
+	// into every dynamically linked process of the container whatever its environment says.
+	ContainerPreload = "/etc/ld.so.preload"
+	// PreloadFile is the file the plugin writes in --hami-core-preload-dir: one line, the
+	// library's container path.
+	PreloadFile = "ld.so.preload"
+	// HAMiCoreCacheDir is the container folder of HAMi-core's shared usage file (the container's
+	// own /tmp: every process of the container sees it, no other container does).
+	HAMiCoreCacheDir = "/tmp"
+)
+
+// SharingConfig is how the node enforces the limits of containers that share a card.
+type SharingConfig struct {
+	// Mode is annotations.SharingNone, SharingMPS or SharingHAMiCore.
+	Mode string
+	// MPSPipeDir is the host folder the MPS control daemon keeps its pipes in (its
+	// CUDA_MPS_PIPE_DIRECTORY); the plugin reads it at the same path.
+	MPSPipeDir string
+	// MPSShmDir is the host tmpfs the daemon has at /dev/shm; shared containers get it there too.
+	// Empty: no /dev/shm mount.
+	MPSShmDir string
+	// HAMiCoreLibrary is HAMi-core's libvgpu.so on the host; the plugin reads it at the same path.
+	HAMiCoreLibrary string
+	// HAMiCorePreloadDir is a host folder the plugin writes PreloadFile into at start.
+	HAMiCorePreloadDir string
+	// CheckInterval is how often the mode's enforcement is checked (mps, hami-core).
+	CheckInterval time.Duration
+}
+
+// DefaultSharingConfig is mode none with the chart's host paths.
+func DefaultSharingConfig() SharingConfig {
+	return SharingConfig{
+		Mode:               annotations.SharingNone,
+		MPSPipeDir:         "/run/cardinal/mps/pipe",
+		MPSShmDir:          "/run/cardinal/mps/shm",
+		HAMiCoreLibrary:    "/usr/local/vgpu/libvgpu.so",
+		HAMiCorePreloadDir: "/var/lib/cardinal/hami-core",
+		CheckInterval:      5 * time.Second,
+	}
+}
+
+// AddFlags registers --sharing-mode and the modes' settings.
+func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Mode, "sharing-mode", c.Mode, "how the limits of containers sharing a card are enforced: none (scheduling only; the limit "+
+		"variables are set but nothing acts on them), mps (an NVIDIA MPS control daemon runs on the node; shared containers get its pipe "+
+		"directory and MPS limits), hami-core (HAMi-core's library, installed on the node, is preloaded into shared containers)")
+	fs.StringVar(&c.MPSPipeDir, "mps-pipe-dir", c.MPSPipeDir, "mps: the MPS control daemon's pipe directory on the host (read by the plugin at this path; mounted at "+MPSContainerPipeDir+" in shared containers)")
+	fs.StringVar(&c.MPSShmDir, "mps-shm-dir", c.MPSShmDir, "mps: the tmpfs the daemon has at /dev/shm, on the host; mounted at /dev/shm in shared containers (empty: not mounted)")
+	fs.StringVar(&c.HAMiCoreLibrary, "hami-core-library", c.HAMiCoreLibrary, "hami-core: HAMi-core's libvgpu.so on the host (read by the plugin at this path; mounted at "+HAMiCoreContainerLibrary+" in shared containers)")
+	fs.StringVar(&c.HAMiCorePreloadDir, "hami-core-preload-dir", c.HAMiCorePreloadDir, "hami-core: host folder the plugin writes "+PreloadFile+" into (mounted at "+ContainerPreload+" in shared containers)")
+	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the daemon's socket or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
+}
+
+// Validate reports the settings the plugin cannot use, naming their flags.
+func (c SharingConfig) Validate() error {
+	var errs []error
+	switch c.Mode {
+	case annotations.SharingNone:
+		return nil
+	case annotations.SharingMPS:
+		if !filepath.IsAbs(c.MPSPipeDir) {
+			errs = append(errs, fmt.Errorf("--mps-pipe-dir: %q is not an absolute path", c.MPSPipeDir))
+		}
+		if c.MPSShmDir != "" && !filepath.IsAbs(c.MPSShmDir) {
+			errs = append(errs, fmt.Errorf("--mps-shm-dir: %q is not an absolute path", c.MPSShmDir))
+		}
+	case annotations.SharingHAMiCore:
+		if !filepath.IsAbs(c.HAMiCoreLibrary) {
+			errs = append(errs, fmt.Errorf("--hami-core-library: %q is not an absolute path", c.HAMiCoreLibrary))
+		}
+		if !filepath.IsAbs(c.HAMiCorePreloadDir) {
+			errs = append(errs, fmt.Errorf("--hami-core-preload-dir: %q is not an absolute path", c.HAMiCorePreloadDir))
+		}
+	default:
+		return fmt.Errorf("--sharing-mode: unknown mode %q (known: %s)", c.Mode, strings.Join(annotations.SharingModes, ", "))
+	}
+	if c.CheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--sharing-check-interval: %s is not positive", c.CheckInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills what a caller left empty (tests, callers that predate the modes).
+func (c SharingConfig) withDefaults() SharingConfig {
+	if c.Mode == "" {
+		c.Mode = annotations.SharingNone
+	}
+	return c
+}
+
+// enforced reports whether the mode has something on the node that enforces it.
+func (c SharingConfig) enforced() bool { return c.Mode != annotations.SharingNone }
+
+// SharingProbe checks that what enforces the node's sharing mode works now.
+type SharingProbe interface {
+	Check(ctx context.Context) error
+}
+
+// mpsProbe accepts the MPS pipe directory when its control socket answers a connection (or, where
+// the daemon made it a named pipe, exists as one).
+type mpsProbe struct{ pipeDir string }
+
+var _ SharingProbe = mpsProbe{}
+
+func (p mpsProbe) Check(ctx context.Context) error {
+	control := filepath.Join(p.pipeDir, MPSControl)
+	st, err := os.Stat(control)
+	if err != nil {
+		return fmt.Errorf("MPS control daemon: %w", err)
+	}
+	switch {
+	case st.Mode()&fs.ModeNamedPipe != 0:
+		return nil
+	case st.Mode()&fs.ModeSocket == 0:
+		return fmt.Errorf("MPS control daemon: %s is neither a socket nor a named pipe", control)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", control)
+	if err != nil {
+		return fmt.Errorf("MPS control daemon does not answer: %w", err)
+	}
+	return conn.Close()
+}
+
+// hamiCoreProbe accepts HAMi-core's library when it is a non-empty regular file.
+type hamiCoreProbe struct{ library string }
+
+var _ SharingProbe = hamiCoreProbe{}
+
+func (p hamiCoreProbe) Check(context.Context) error {
+	st, err := os.Stat(p.library)
+	switch {
+	case err != nil:
+		return fmt.Errorf("HAMi-core library: %w", err)
+	case !st.Mode().IsRegular() || st.Size() == 0:
+		return fmt.Errorf("HAMi-core library: %s is not a non-empty regular file", p.library)
+	}
+	return nil
+}
+
+// probe returns the mode's probe; nil for mode none.
+func (c SharingConfig) probe() SharingProbe {
+	switch c.Mode {
+	case annotations.SharingMPS:
+		return mpsProbe{pipeDir: c.MPSPipeDir}
+	case annotations.SharingHAMiCore:
+		return hamiCoreProbe{library: c.HAMiCoreLibrary}
+	}
+	return nil
+}
+
+// writePreload writes PreloadFile (HAMi-core's container path) into the preload folder, unless it
+// already holds exactly that.
+func writePreload(dir string) error {
+	want := []byte(HAMiCoreContainerLibrary + "\n")
+	file := filepath.Join(dir, PreloadFile)
+	if got, err := os.ReadFile(file); err == nil && slices.Equal(got, want) {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("hami-core preload folder: %w", err)
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, want, 0o644); err != nil {
+		return fmt.Errorf("hami-core preload file: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return fmt.Errorf("hami-core preload file: %w", err)
+	}
+	return nil
+}
+
+// watchSharing checks the probe at once and every interval, and reports each result to set until
+// ctx ends.
+func watchSharing(ctx context.Context, probe SharingProbe, every time.Duration, set func(error), log logr.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last string
+	for {
+		err := probe.Check(ctx)
+		if msg := errText(err); msg != last {
+			if err != nil {
+				log.Info("sharing enforcement not ready; shared containers are refused", "error", msg)
+			} else {
+				log.Info("sharing enforcement ready")
+			}
+			last = msg
+		}
+		set(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// sharedResponse adds to a shared container's response what its node's mode needs: mounts and the
+// mode's variables. env holds the limits containerEnv computed for every mode (see limitEnv); the
+// variables of the other modes are taken out, so a container sees only what acts on it. key is
+// unique to the container. Mode none keeps every limit variable (advisory, as before the modes).
+func (c SharingConfig) sharedResponse(r *pluginapi.ContainerAllocateResponse, key string) {
+	switch c.Mode {
+	case annotations.SharingMPS:
+		dropHAMiCoreEnv(r.Envs)
+		r.Envs[EnvMPSPipeDirectory] = MPSContainerPipeDir
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: MPSContainerPipeDir, HostPath: c.MPSPipeDir})
+		if c.MPSShmDir != "" {
+			r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: MPSContainerShm, HostPath: c.MPSShmDir})
+		}
+	case annotations.SharingHAMiCore:
+		delete(r.Envs, EnvMPSMemoryLimit)
+		delete(r.Envs, EnvMPSThreadPercentage)
+		r.Envs[EnvHAMiCoreSharedCache] = path.Join(HAMiCoreCacheDir, "cardinal-vgpu-"+key+".cache")
+		r.Mounts = append(r.Mounts,
+			&pluginapi.Mount{ContainerPath: HAMiCoreContainerLibrary, HostPath: c.HAMiCoreLibrary, ReadOnly: true},
+			&pluginapi.Mount{ContainerPath: ContainerPreload, HostPath: filepath.Join(c.HAMiCorePreloadDir, PreloadFile), ReadOnly: true})
+	}
+}
+
+func dropHAMiCoreEnv(env map[string]string) {
+	for k := range env {
+		if strings.HasPrefix(k, EnvMemoryLimitPrefix) || k == EnvSMLimit {
+			delete(env, k)
+		}
+	}
+}
