@@ -42,6 +42,7 @@ func run() error {
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", cfg.SchedulerName, "kube-scheduler profile (schedulerName) whose pods this extender places")
 	fs.StringVar(&nodePolicy, "node-policy", string(cfg.NodePolicy), "default node policy for pods without cardinal.io/node-policy: binpack (fullest node first), spread (emptiest) or frag-aware (least added fragmentation for the requests seen)")
 	fs.StringVar(&gpuPolicy, "gpu-policy", string(cfg.GPUPolicy), "default card policy for pods without cardinal.io/gpu-policy: binpack (fullest card first), spread (emptiest) or frag-aware")
+	fs.BoolVar(&cfg.RequireEnforcedSharing, "require-enforced-sharing", cfg.RequireEnforcedSharing, "refuse containers that share a card (gpumem, gpumem-percentage, gpucores) on nodes whose device plugin runs --sharing-mode=none, where limits are advisory; nodes whose mps or hami-core sharing is not ready are refused for shares either way")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", scheduler.DefaultMaxBodyBytes, "largest request body accepted, in bytes")
 	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long a bind's reservation waits for its pod to show up bound; then the pod is read back and, if still unbound or gone, its cards are freed")
 	fs.DurationVar(&cfg.BindWait, "bind-wait", cfg.BindWait, "how long a bind waits for a container in flight on its node to be allocated before it asks kube-scheduler to retry (keep below the extender httpTimeout; 0: never wait)")

@@ -190,7 +190,11 @@ func sameCards(a, b *core.NodeState) bool {
 			return false
 		}
 	}
-	return a.SameKubelet(b)
+	return a.SameKubelet(b) && sameSharing(a.Sharing, b.Sharing)
+}
+
+func sameSharing(a, b *annotations.Sharing) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // DeleteNode forgets a node (its pods' records stay, in case it comes back).
@@ -254,7 +258,16 @@ func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 			b = append(b, 0)
 		}
 	}
+	mode, ready := s.Sharing.ModeOrNone(), s.Sharing != nil && s.Sharing.Ready
+	b = append(append(binary.AppendUvarint(b, uint64(len(mode))), mode...), boolByte(ready))
 	return s.AppendKubeletKey(b)
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // UpsertPod records what a pod holds from its assignment and allocation records, and the CPU and

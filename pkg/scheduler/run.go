@@ -48,6 +48,9 @@ type Config struct {
 	// NodePolicy and GPUPolicy are the default policies for pods that name none.
 	NodePolicy annotations.Policy
 	GPUPolicy  annotations.Policy
+	// RequireEnforcedSharing refuses shared containers on nodes whose sharing mode is none
+	// (core.Options.RequireEnforcedSharing).
+	RequireEnforcedSharing bool
 	// Resources are the managed resource names.
 	Resources annotations.ResourceNames
 	// MaxBodyBytes bounds a request body (DefaultMaxBodyBytes when 0).
@@ -128,7 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	decider, err := core.New(core.Options{NodePolicy: cfg.NodePolicy, GPUPolicy: cfg.GPUPolicy})
+	decider, err := core.New(core.Options{NodePolicy: cfg.NodePolicy, GPUPolicy: cfg.GPUPolicy, RequireEnforcedSharing: cfg.RequireEnforcedSharing})
 	if err != nil {
 		return err
 	}

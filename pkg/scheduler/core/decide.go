@@ -12,12 +12,17 @@ import (
 type Options struct {
 	NodePolicy annotations.Policy
 	GPUPolicy  annotations.Policy
+	// RequireEnforcedSharing refuses containers that share a card on nodes whose inventory says no
+	// enforcing sharing mode (mode none, or absent). Nodes whose mps or hami-core mode is not
+	// ready are refused for shares either way.
+	RequireEnforcedSharing bool
 }
 
 // Decider holds the default policies. It is immutable and safe for concurrent use.
 type Decider struct {
-	nodePolicy annotations.Policy
-	gpuPolicy  annotations.Policy
+	nodePolicy      annotations.Policy
+	gpuPolicy       annotations.Policy
+	requireEnforced bool
 }
 
 // New returns a Decider; an unknown or unimplemented policy is an error.
@@ -28,7 +33,7 @@ func New(o Options) (*Decider, error) {
 	if _, err := lookup(cardStrategies, o.GPUPolicy, "gpu"); err != nil {
 		return nil, err
 	}
-	return &Decider{nodePolicy: o.NodePolicy, gpuPolicy: o.GPUPolicy}, nil
+	return &Decider{nodePolicy: o.NodePolicy, gpuPolicy: o.GPUPolicy, requireEnforced: o.RequireEnforcedSharing}, nil
 }
 
 // Pod is a pod ready to be placed: its GPU request, its selector and the strategies its policies
@@ -56,6 +61,10 @@ type Pod struct {
 	kubeletGPU []int
 	// handsOn: an init container hands its cards on to a later GPU container.
 	handsOn bool
+	// shared names a container that shares cards (the first); requireEnforced is the Decider's
+	// RequireEnforcedSharing.
+	shared          string
+	requireEnforced bool
 }
 
 // uuidRules are a selector's UUID lists as sets, for lists long enough that a scan per card would
@@ -119,9 +128,14 @@ func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) 
 		p.GPUPolicy = sel.GPUPolicy
 	}
 	p.kubelet, p.kubeletGPU = kubeletRequest(&p.Request)
+	p.requireEnforced = d.requireEnforced
 	for i := range req.Containers {
-		if c := &req.Containers[i]; c.Init && !c.Sidecar && i+1 < len(req.Containers) {
+		c := &req.Containers[i]
+		if c.Init && !c.Sidecar && i+1 < len(req.Containers) {
 			p.handsOn = true
+		}
+		if c.Shared && p.shared == "" {
+			p.shared = c.Name
 		}
 	}
 	var err error
@@ -350,6 +364,9 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	if !n.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, HostRequest{}) {
 		return nil, &Reason{Kind: ReasonHost, HostNeed: p.Host, HostFree: HostRequest{CPUMilli: n.Host.FreeCPUMilli(), MemMiB: n.Host.FreeMemMiB()},
 			HostAlloc: HostRequest{CPUMilli: n.Host.AllocCPUMilli, MemMiB: n.Host.AllocMemMiB}}
+	}
+	if r := p.sharingRefusal(n); r != nil {
+		return nil, r
 	}
 	f.ok = resize(f.ok, len(n.Cards))
 	if cap(f.extra) < len(n.Cards) {
@@ -815,4 +832,21 @@ func compareScore(sa, sb float64, ia, ib int) int {
 		return 1
 	}
 	return ia - ib
+}
+
+// sharingRefusal refuses a node for a pod that shares cards when the node cannot enforce its
+// limits: its mps or hami-core enforcement is not ready (the device plugin would refuse the
+// container), or it enforces nothing and the Decider requires enforced sharing.
+func (p *Pod) sharingRefusal(n *NodeState) *Reason {
+	if p.shared == "" || n.Sharing.Enforced() {
+		return nil
+	}
+	mode := n.Sharing.ModeOrNone()
+	if mode == annotations.SharingMPS || mode == annotations.SharingHAMiCore {
+		return &Reason{Kind: ReasonSharingNotReady, Container: p.shared, Detail: mode}
+	}
+	if p.requireEnforced {
+		return &Reason{Kind: ReasonSharingNotEnforced, Container: p.shared, Detail: mode}
+	}
+	return nil
 }

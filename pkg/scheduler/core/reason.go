@@ -48,6 +48,12 @@ const (
 	// outright (UUID, on NUMA node NUMA) fails Problem, or among those it offers the device plugin
 	// (on NUMA nodes NUMAs) only Have of Of cards match the selector and have room, Need needed.
 	ReasonKubeletChoice
+	// ReasonSharingNotEnforced: a container shares cards, the node's sharing mode (Detail: none, or
+	// one this version does not know) enforces no limits, and the extender requires enforced sharing.
+	ReasonSharingNotEnforced
+	// ReasonSharingNotReady: a container shares cards and the node's sharing mode (Detail: mps,
+	// hami-core) cannot enforce limits now (its MPS daemon does not answer, its library is missing).
+	ReasonSharingNotReady
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -108,7 +114,7 @@ type Reason struct {
 // (kube-scheduler's FailedAndUnresolvableNodes): the node's cards, not their usage, are the cause.
 func (r *Reason) Unresolvable() bool {
 	switch r.Kind {
-	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards:
+	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards, ReasonSharingNotEnforced:
 		return true
 	case ReasonKubeletRefuses:
 		return r.Kubelet != nil && r.Kubelet.Reason == topology.ReasonInvalidNode
@@ -174,6 +180,10 @@ func (r *Reason) String() string {
 		}
 	case ReasonKubeletChoice:
 		b.WriteString(r.kubeletText())
+	case ReasonSharingNotEnforced:
+		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
+	case ReasonSharingNotReady:
+		fmt.Fprintf(&b, "shares a card, but the node's %s sharing cannot enforce limits now (not ready)", r.Detail)
 	default:
 		fmt.Fprintf(&b, "reason %d", int(r.Kind))
 	}

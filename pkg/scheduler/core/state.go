@@ -116,6 +116,8 @@ type NodeState struct {
 	// Kubelet is the node's kubelet topology as its inventory reports it (nil: not reported, the
 	// TopologyManager policy none assumed). It is read only; NewNodeState builds the model from it.
 	Kubelet *annotations.KubeletTopology
+	// Sharing is how the node enforces shared cards' limits (nil: mode none). Read only.
+	Sharing *annotations.Sharing
 	byUUID  map[string]int
 	// kubelet is the model of the node's kubelet when its TopologyManager runs a policy other
 	// than none (nil otherwise): Fit then places cards where the kubelet will put them.
@@ -265,7 +267,7 @@ func (n *NodeState) UnholdHost(r HostRequest) {
 // NewNodeState builds the state of a node from its inventory, with nothing held.
 func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 	n := &NodeState{Name: name, Cards: make([]Card, len(inv.GPUs)), byUUID: make(map[string]int, len(inv.GPUs)),
-		Kubelet: inv.Kubelet, kubelet: newKubeletNode(&inv)}
+		Kubelet: inv.Kubelet, Sharing: inv.Sharing, kubelet: newKubeletNode(&inv)}
 	for i, g := range inv.GPUs {
 		n.Cards[i] = Card{GPU: g, modelLower: strings.ToLower(g.Model), refs: make([]int32, max(g.Shares, 1))}
 		n.byUUID[g.UUID] = i
