@@ -40,12 +40,14 @@ const (
 // agreedFlags are the flags each binary takes (the interface agreed between the components); the
 // chart must pass nothing else.
 var agreedFlags = map[string][]string{
-	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl"},
+	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl",
+		"require-enforced-sharing"},
 	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces",
 		"cert-secret", "cert-namespace", "webhook-configuration", "cert-hosts", "cert-lifetime", "ca-lifetime", "cert-check-interval"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",
-		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix"},
+		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix",
+		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir"},
 }
 
 var commonFlags = []string{"resource-gpu", "resource-gpumem", "resource-gpumem-percentage", "resource-gpucores", "v", "log-format"}
@@ -493,7 +495,7 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 		want := map[string]string{"node-name": "$(NODE_NAME)", "device-plugin-dir": "/var/lib/kubelet/device-plugins",
 			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "shares": "1", "topology": "true", "listen": ":9400",
 			"health-ignored-xids": "13,31,43,45,68,109", "health-reset-xids": "48,63,64,74,79,94,95,119,120",
-			"device-list-strategy": "envvar"}
+			"device-list-strategy": "envvar", "sharing-mode": "none"}
 		if diff := cmp.Diff(want, flags, cmpopts.IgnoreMapEntries(func(k, _ string) bool { return slices.Contains(commonFlags, k) })); diff != "" {
 			t.Errorf("device-plugin flags (-want +got):\n%s", diff)
 		}

@@ -1,0 +1,159 @@
+package chart
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+const mpsDaemonName = devicePluginName + "-mps"
+
+// hostPaths maps a pod's hostPath volumes to their paths and the container's mounts of them.
+func hostPaths(spec corev1.PodSpec, c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.HostPath != nil {
+				out[m.MountPath] = v.HostPath.Path
+			}
+		}
+	}
+	return out
+}
+
+func TestSharingModeNoneRendersNoDaemon(t *testing.T) {
+	r := render(t, nil)
+	if r.has("DaemonSet", mpsDaemonName) {
+		t.Errorf("mode none renders the MPS daemon")
+	}
+	spec := get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec
+	flags := flagsOf(t, container(t, spec, "device-plugin").Args)
+	if flags["sharing-mode"] != "none" {
+		t.Errorf("--sharing-mode=%q, want none", flags["sharing-mode"])
+	}
+	for _, f := range []string{"mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "sharing-check-interval"} {
+		if _, ok := flags[f]; ok {
+			t.Errorf("mode none passes --%s", f)
+		}
+	}
+	ext := flagsOf(t, container(t, get[*appsv1.Deployment](t, r, schedulerName).Spec.Template.Spec, "extender").Args)
+	if ext["require-enforced-sharing"] != "false" {
+		t.Errorf("extender --require-enforced-sharing=%q, want false by default", ext["require-enforced-sharing"])
+	}
+	ext = flagsOf(t, container(t, get[*appsv1.Deployment](t, render(t, map[string]any{"scheduler": map[string]any{"extender": map[string]any{"requireEnforcedSharing": true}}}),
+		schedulerName).Spec.Template.Spec, "extender").Args)
+	if ext["require-enforced-sharing"] != "true" {
+		t.Errorf("requireEnforcedSharing=true: --require-enforced-sharing=%q", ext["require-enforced-sharing"])
+	}
+}
+
+func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
+	r := render(t, map[string]any{"devicePlugin": map[string]any{"sharing": map[string]any{"mode": "mps", "mps": map[string]any{"root": "/run/x/mps/", "shmSize": "2Gi"}}}})
+	plugin := get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec
+	pc := container(t, plugin, "device-plugin")
+	flags := flagsOf(t, pc.Args)
+	want := map[string]string{"sharing-mode": "mps", "mps-pipe-dir": "/run/x/mps/pipe", "mps-shm-dir": "/run/x/mps/shm", "sharing-check-interval": "5s"}
+	for k, v := range want {
+		if flags[k] != v {
+			t.Errorf("plugin --%s=%q, want %q", k, flags[k], v)
+		}
+	}
+	// The plugin sees the pipe folder at its host path, read-only, to check the daemon's socket.
+	if got := hostPaths(plugin, pc)["/run/x/mps/pipe"]; got != "/run/x/mps/pipe" {
+		t.Errorf("plugin mounts %q at /run/x/mps/pipe, want the host's /run/x/mps/pipe", got)
+	}
+	ds := get[*appsv1.DaemonSet](t, r, mpsDaemonName)
+	spec := ds.Spec.Template.Spec
+	if spec.HostIPC {
+		t.Errorf("the MPS daemon uses hostIPC; clients share its /dev/shm through the tmpfs instead")
+	}
+	if diff := cmp.Diff(plugin.NodeSelector, spec.NodeSelector); diff != "" {
+		t.Errorf("the daemon runs on other nodes than the plugin (-plugin +daemon):\n%s", diff)
+	}
+	d := container(t, spec, "mps-control-daemon")
+	if !slices.Equal(d.Command, []string{"nvidia-cuda-mps-control", "-f"}) {
+		t.Errorf("daemon command %v", d.Command)
+	}
+	env := map[string]string{}
+	for _, e := range d.Env {
+		env[e.Name] = e.Value
+	}
+	if env["CUDA_MPS_PIPE_DIRECTORY"] != "/run/cardinal/mps/pipe" || env["NVIDIA_DRIVER_CAPABILITIES"] != "compute,utility" || env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+		t.Errorf("daemon env %v", env)
+	}
+	wantMounts := map[string]string{"/run/cardinal/mps/pipe": "/run/x/mps/pipe", "/run/cardinal/mps/log": "/run/x/mps/log", "/dev/shm": "/run/x/mps/shm"}
+	if diff := cmp.Diff(wantMounts, hostPaths(spec, d)); diff != "" {
+		t.Errorf("daemon host mounts (-want +got):\n%s", diff)
+	}
+	if d.ReadinessProbe == nil || d.ReadinessProbe.Exec == nil || !strings.Contains(strings.Join(d.ReadinessProbe.Exec.Command, " "), "nvidia-cuda-mps-control") {
+		t.Errorf("daemon readiness probe %+v does not ask the control daemon", d.ReadinessProbe)
+	}
+	if len(spec.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want the shm mounter", len(spec.InitContainers))
+	}
+	init := spec.InitContainers[0]
+	if script := strings.Join(init.Command, " "); !strings.Contains(script, "size=2Gi") || !strings.Contains(script, "mount -t tmpfs") {
+		t.Errorf("shm mounter script %q does not mount a 2Gi tmpfs", script)
+	}
+	if len(init.VolumeMounts) != 1 || init.VolumeMounts[0].MountPropagation == nil || *init.VolumeMounts[0].MountPropagation != corev1.MountPropagationBidirectional {
+		t.Errorf("shm mounter mounts %+v, want the root with Bidirectional propagation", init.VolumeMounts)
+	}
+}
+
+func TestSharingModeHAMiCoreRendersPluginFlags(t *testing.T) {
+	r := render(t, map[string]any{"devicePlugin": map[string]any{"sharing": map[string]any{"mode": "hami-core",
+		"hamiCore": map[string]any{"libraryPath": "/opt/hami/lib/libvgpu.so", "preloadDir": "/var/lib/x"}}}})
+	if r.has("DaemonSet", mpsDaemonName) {
+		t.Errorf("mode hami-core renders the MPS daemon")
+	}
+	plugin := get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec
+	pc := container(t, plugin, "device-plugin")
+	flags := flagsOf(t, pc.Args)
+	for k, v := range map[string]string{"sharing-mode": "hami-core", "hami-core-library": "/opt/hami/lib/libvgpu.so", "hami-core-preload-dir": "/var/lib/x"} {
+		if flags[k] != v {
+			t.Errorf("plugin --%s=%q, want %q", k, flags[k], v)
+		}
+	}
+	want := map[string]string{"/opt/hami/lib": "/opt/hami/lib", "/var/lib/x": "/var/lib/x"}
+	got := hostPaths(plugin, pc)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("plugin mounts %q at %s, want the host's %s", got[k], k, v)
+		}
+	}
+}
+
+func TestSharingValuesRefused(t *testing.T) {
+	for _, v := range []map[string]any{
+		{"mode": "vgpu"},
+		{"mode": "mps", "mps": map[string]any{"root": "run/mps"}},
+		{"mode": "hami-core", "hamiCore": map[string]any{"libraryPath": "libvgpu.so"}},
+		{"mode": "mps", "mpsRoot": "/x"},
+	} {
+		if msg := renderErr(t, map[string]any{"devicePlugin": map[string]any{"sharing": v}}); !strings.Contains(msg, "sharing") {
+			t.Errorf("%v: %s, want a schema error naming sharing", v, msg)
+		}
+	}
+}
+
+// The device plugin binary accepts what the chart passes in each mode (pflag parses all of it
+// before --help).
+func TestSharingFlagsAcceptedByThePlugin(t *testing.T) {
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "../../cmd/device-plugin").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, mode := range []string{"none", "mps", "hami-core"} {
+		r := render(t, map[string]any{"devicePlugin": map[string]any{"sharing": map[string]any{"mode": mode}}})
+		args := container(t, get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec, "device-plugin").Args
+		if out, err := exec.Command(filepath.Join(bin, "device-plugin"), append(slices.Clone(args), "--help")...).CombinedOutput(); err != nil {
+			t.Errorf("mode %s: %v\n%s", mode, err, out)
+		}
+	}
+}
