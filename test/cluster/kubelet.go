@@ -148,6 +148,8 @@ type Kubelet struct {
 	Machine *Machine
 	// Runtime is the fake CRI the kubelet talks to; it outlives kubelet restarts.
 	Runtime *fake.RemoteRuntime
+	// recorder serves Runtime and records each container's configuration (ContainerConfig).
+	recorder *recordingRuntime
 	// Process is the kubelet (the leader of its namespace).
 	Process *Process
 
@@ -193,13 +195,14 @@ func (c *Cluster) AddKubelet(t TB, spec KubeletSpec) *Kubelet {
 		}
 	}
 
-	k.Runtime = fake.NewFakeRemoteRuntime()
+	k.recorder = newRecordingRuntime()
+	k.Runtime = k.recorder.RemoteRuntime
 	k.Runtime.ImageService.SetFakeImageSize(fakeImageSize)
 	criSocket := filepath.Join(dir, "cri.sock")
-	if err := k.Runtime.Start("unix://" + criSocket); err != nil {
+	if err := k.recorder.start("unix://" + criSocket); err != nil {
 		t.Fatalf("kubelet %s: fake CRI: %v", spec.Name, err)
 	}
-	t.Cleanup(k.Runtime.Stop) // after the kubelet's own cleanup (LIFO)
+	t.Cleanup(k.recorder.stop) // after the kubelet's own cleanup (LIFO)
 
 	ports, err := freePorts(2)
 	if err != nil {

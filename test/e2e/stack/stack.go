@@ -41,6 +41,8 @@ type NodeSpec struct {
 	Name string
 	// Shares is the plugin's --shares: 1 for whole cards only, N > 1 for N pods per card.
 	Shares int
+	// PluginArgs are more flags for the node's device plugin (e.g. --sharing-mode).
+	PluginArgs []string
 	// Kubelet is the node's kubelet; Start fills in Name and adds the nvidia.com/gpu.present
 	// label. With a Machine or a TopologyManager or CPU manager policy, the device plugin also
 	// reads the kubelet's configuration file and the machine's NUMA nodes (--kubelet-config,
@@ -298,7 +300,7 @@ func Start(t cluster.TB, o Options) *Stack {
 			"--listen=127.0.0.1:" + strconv.Itoa(ports[4+i]),
 			"--health-recovery-interval=" + o.HealthRecovery.String(),
 			"--reconcile-interval=" + o.Reconcile.String(),
-		}, kubeletArgs...), logArgs...)...)
+		}, append(kubeletArgs, n.PluginArgs...)...), logArgs...)...)
 	}
 	for _, n := range o.Nodes {
 		s.WaitAdvertised(t, n.Name)
