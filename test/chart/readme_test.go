@@ -36,18 +36,23 @@ func valuePaths(prefix string, v any, out *[]string) {
 	}
 }
 
-func TestREADMEListsEveryValue(t *testing.T) {
+// chartValues reads the chart's values.yaml and lists its settable paths (valuePaths), sorted.
+func chartValues(t *testing.T) (values map[string]any, paths []string) {
+	t.Helper()
 	raw, err := os.ReadFile(chartDir + "/values.yaml")
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	var values map[string]any
 	if err := yaml.Unmarshal(raw, &values); err != nil {
 		t.Fatalf("values.yaml: %v", err)
 	}
-	var paths []string
 	valuePaths("", values, &paths)
 	sort.Strings(paths)
+	return values, paths
+}
+
+func TestREADMEListsEveryValue(t *testing.T) {
+	_, paths := chartValues(t)
 	readme, err := os.ReadFile(chartDir + "/README.md")
 	if err != nil {
 		t.Fatalf("%v", err)

@@ -3,11 +3,8 @@ package chart
 import (
 	"encoding/json"
 	"os"
-	"sort"
 	"strings"
 	"testing"
-
-	"sigs.k8s.io/yaml"
 )
 
 // schemaNode is the part of values.schema.json the walk needs.
@@ -47,17 +44,7 @@ func (s *schemaNode) lookup(path string) *schemaNode {
 // schema describes key by key refuses unknown keys, and the schema describes no value that
 // values.yaml lacks.
 func TestSchemaKnowsEveryValue(t *testing.T) {
-	raw, err := os.ReadFile(chartDir + "/values.yaml")
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	var values map[string]any
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatalf("values.yaml: %v", err)
-	}
-	var paths []string
-	valuePaths("", values, &paths)
-	sort.Strings(paths)
+	values, paths := chartValues(t)
 	schema := readSchema(t)
 	for _, p := range paths {
 		if schema.lookup(p) == nil {
