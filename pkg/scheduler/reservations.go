@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
@@ -22,7 +23,10 @@ const DefaultReservationTTL = 90 * time.Second
 // pod's record replaces it (as the informer would have done).
 func (s *Server) settleReservations(ctx context.Context, ttl time.Duration) {
 	for _, r := range s.cache.Reservations(s.cache.clock.Now().Add(-ttl)) {
-		ns, name := splitKey(r.Key)
+		ns, name, err := toolscache.SplitMetaNamespaceKey(r.Key)
+		if err != nil {
+			continue // keys are Reserve's namespace/name: never here
+		}
 		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
 		pod, err := s.client.CoreV1().Pods(ns).Get(rctx, name, metav1.GetOptions{})
 		cancel()
@@ -44,13 +48,4 @@ func (s *Server) settleReservations(ctx context.Context, ttl time.Duration) {
 // runReservationSweeper settles old reservations every ttl/4 until ctx is done.
 func (s *Server) runReservationSweeper(ctx context.Context, ttl time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) { s.settleReservations(ctx, ttl) }, max(ttl/4, time.Second))
-}
-
-func splitKey(key string) (namespace, name string) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '/' {
-			return key[:i], key[i+1:]
-		}
-	}
-	return "", key
 }
