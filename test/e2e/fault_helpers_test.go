@@ -338,17 +338,7 @@ func (e *env) holdings(t *testing.T, names ...string) map[string]held {
 				continue
 			}
 			h := held{Node: a.Node, IDs: got, Devices: ca.Devices}
-			for _, id := range got {
-				uuid, _, err := annotations.ParseDeviceID(id)
-				if err != nil {
-					t.Fatalf("%s: %v", ref, err)
-				}
-				card, ok := e.Card(uuid)
-				if !ok || card.Node != a.Node {
-					t.Fatalf("%s: device %s is no card of node %s", ref, id, a.Node)
-				}
-				h.Cards = append(h.Cards, card)
-			}
+			h.Cards = e.cardsOf(t, ref, a.Node, got)
 			key := name + "/" + c.Name
 			out[key] = h
 			if !slices.Equal(slices.Sorted(slices.Values(ca.IDs())), got) {

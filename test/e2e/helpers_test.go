@@ -89,6 +89,25 @@ func pod(name string, ann map[string]string, containers ...corev1.Container) *co
 }
 
 // create submits pods through the API server (and so through the webhook).
+// cardsOf resolves the device IDs container ref holds on node to the stack's cards; an ID that
+// names no card of that node fails the test.
+func (e *env) cardsOf(t *testing.T, ref stack.ContainerRef, node string, ids []string) []stack.Card {
+	t.Helper()
+	var cards []stack.Card
+	for _, id := range ids {
+		uuid, _, err := annotations.ParseDeviceID(id)
+		if err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+		card, ok := e.Card(uuid)
+		if !ok || card.Node != node {
+			t.Fatalf("%s: device %s is no card of node %s", ref, id, node)
+		}
+		cards = append(cards, card)
+	}
+	return cards
+}
+
 func (e *env) create(t *testing.T, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
@@ -282,17 +301,7 @@ func (e *env) truth(t *testing.T, names ...string) map[string]held {
 				continue
 			}
 			h := held{Node: a.Node, IDs: got, Devices: ca.Devices}
-			for _, id := range got {
-				uuid, _, err := annotations.ParseDeviceID(id)
-				if err != nil {
-					t.Fatalf("%s: %v", ref, err)
-				}
-				card, ok := e.Card(uuid)
-				if !ok || card.Node != a.Node {
-					t.Fatalf("%s: device %s is no card of node %s", ref, id, a.Node)
-				}
-				h.Cards = append(h.Cards, card)
-			}
+			h.Cards = e.cardsOf(t, ref, a.Node, got)
 			out[name+"/"+c.Name] = h
 		}
 	}
