@@ -146,31 +146,10 @@ func TestWatchAppliesHealthChanges(t *testing.T) {
 	path := filepath.Join(dir, "gpus.yaml")
 	write := func(healthy string) {
 		t.Helper()
-		y := "nodes:\n  node1:\n    - {model: T4, memoryMiB: 15360, uuid: GPU-x, healthy: " + healthy + "}\n"
-		// Replace the file as editors do.
-		tmp := filepath.Join(dir, ".tmp")
-		if err := os.WriteFile(tmp, []byte(y), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
+		replaceFile(t, path, "nodes:\n  node1:\n    - {model: T4, memoryMiB: 15360, uuid: GPU-x, healthy: "+healthy+"}\n")
 	}
 	write("true")
-	cards, err := sim.Load(path, "node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := sim.New(cards)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Watch(ctx, path, "node1", logr.Discard()) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := watched(t, path)
 	waitHealth := func(want bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -245,30 +224,10 @@ func TestWatchAppliesFaults(t *testing.T) {
 	path := filepath.Join(dir, "gpus.yaml")
 	write := func(fault string) {
 		t.Helper()
-		y := "nodes:\n  node1:\n    - {model: T4, memoryMiB: 15360, uuid: GPU-x, fault: " + fault + "}\n"
-		tmp := filepath.Join(dir, ".tmp")
-		if err := os.WriteFile(tmp, []byte(y), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
+		replaceFile(t, path, "nodes:\n  node1:\n    - {model: T4, memoryMiB: 15360, uuid: GPU-x, fault: "+fault+"}\n")
 	}
 	write("none")
-	cards, err := sim.Load(path, "node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := sim.New(cards)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Watch(ctx, path, "node1", logr.Discard()) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := watched(t, path)
 	waitFault := func(want sim.Fault) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -301,14 +260,7 @@ func TestFileFaultLostTakesOnlyThatCardOffTheBus(t *testing.T) {
 	path := filepath.Join(dir, "gpus.yaml")
 	write := func(fault string) {
 		t.Helper()
-		y := "nodes:\n  node1:\n    - {model: A100, memoryMiB: 81920, count: 3}\n    - {model: A100, memoryMiB: 81920, uuid: GPU-x" + fault + "}\n"
-		tmp := filepath.Join(dir, ".tmp")
-		if err := os.WriteFile(tmp, []byte(y), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
+		replaceFile(t, path, "nodes:\n  node1:\n    - {model: A100, memoryMiB: 81920, count: 3}\n    - {model: A100, memoryMiB: 81920, uuid: GPU-x"+fault+"}\n")
 	}
 	write("")
 	cards, err := sim.Load(path, "node1")
@@ -369,4 +321,36 @@ func TestFileFaultLostTakesOnlyThatCardOffTheBus(t *testing.T) {
 		t.Fatalf("unexpected event %+v (only GPU-x went off the bus)", e)
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// replaceFile replaces path with content as editors do (write beside it, rename over it).
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watched serves node1 of the simulation file at path and watches the file until the test ends.
+func watched(t *testing.T, path string) *sim.Server {
+	t.Helper()
+	cards, err := sim.Load(path, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.New(cards)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Watch(ctx, path, "node1", logr.Discard()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return srv
 }
