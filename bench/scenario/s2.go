@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler"
 	"github.com/cardinal-gpu/cardinal/test/cluster"
 )
 
@@ -26,6 +27,11 @@ type S2Config struct {
 	// ProfileFor (kube-scheduler-<phase>.pprof; symbolize with the pinned kube-scheduler binary).
 	ProfileDir string
 	ProfileFor time.Duration
+	// Shortlist, when not negative, is the extender's --filter-shortlist (else its default).
+	Shortlist int
+	// ScorePercent, when not negative, is the profile's percentageOfNodesToScore (0: kube-scheduler's
+	// adaptive default); else the chart's.
+	ScorePercent int
 }
 
 // S2Phase is one scheduler's run of S2.
@@ -85,8 +91,16 @@ func S2(t cluster.TB, cfg S2Config) S2Result {
 	w.reset()
 
 	b.startWebhook(t)
-	url := b.startExtender(t, nil)
-	config := chartSchedulerConfig(t, url)
+	url := b.startExtender(t, nil, func(c *scheduler.Config) {
+		if cfg.Shortlist >= 0 {
+			c.FilterShortlist = cfg.Shortlist
+		}
+	})
+	var set []string
+	if cfg.ScorePercent >= 0 {
+		set = append(set, "scheduler.percentageOfNodesToScore="+itoa(cfg.ScorePercent))
+	}
+	config := chartSchedulerConfig(t, url, set...)
 	res.Cardinal = s2Phase(t, b, w, cfg, "cardinal", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-cardinal", config) })
 	if res.Plain.PodsPerSecond > 0 {
 		res.Ratio = res.Cardinal.PodsPerSecond / res.Plain.PodsPerSecond

@@ -92,6 +92,8 @@ type nodeEntry struct {
 	// state holds it too (it survives a new inventory).
 	host     core.HostRequest
 	hostPods int
+	// soft is what kube-scheduler's own score plugins read of the node (softNodeOf); nil for most.
+	soft *softNode
 }
 
 // Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
@@ -115,13 +117,18 @@ type Cache struct {
 	clock  clock.PassiveClock
 	// done is closed (and replaced) whenever a container stops being in flight; see InFlightDone.
 	done chan struct{}
+	// affinity holds the pod affinity terms of pods that kube-scheduler's InterPodAffinity scores
+	// other pods against, and softNodes counts nodes with a soft entry (the filter shortlist).
+	affinity  map[types.UID][]affinityTerm
+	softNodes int
 }
 
 // NewCache returns an empty cache.
 func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
 		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{},
-		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife}}
+		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife},
+		affinity: map[types.UID][]affinityTerm{}}
 }
 
 // MixHalfLife is the task mix's half-life in GPU containers: requests the cluster stopped making
@@ -157,10 +164,12 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	} else {
 		state = core.NewNodeState(node.Name, inv)
 	}
+	soft := softNodeOf(node)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.labels = node.Labels
+	c.setSoft(n, soft)
 	if state != nil && n.state != nil && sameCards(n.state, state) {
 		if h := &n.state.Host; h.AllocCPUMilli != cpu || h.AllocMemMiB != mem {
 			n.state.SetHost(cpu, mem)
@@ -203,6 +212,7 @@ func (c *Cache) DeleteNode(name string) {
 	defer c.mu.Unlock()
 	if n, ok := c.nodes[name]; ok {
 		n.state, n.reason = nil, &core.Reason{Kind: core.ReasonUnknownNode}
+		c.setSoft(n, nil)
 		if len(n.pods) == 0 && n.hostPods == 0 {
 			delete(c.nodes, name)
 		}
@@ -277,9 +287,11 @@ func boolByte(v bool) byte {
 func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	rec := c.recordOf(pod)
 	host, holds := hostOf(pod)
+	terms := affinityTermsOf(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.countMix(pod)
+	c.setAffinityTerms(pod.UID, terms)
 	old := c.pods[pod.UID]
 	if old != nil && old.reserved && pod.Spec.NodeName == "" && !finished(pod) {
 		return // bind is under way: keep the reservation
@@ -295,6 +307,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.replace(uid, c.pods[uid], nil)
 	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
+	delete(c.affinity, uid)
 }
 
 func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
