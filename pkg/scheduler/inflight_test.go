@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -118,5 +119,29 @@ func TestBindWaitsForInFlight(t *testing.T) {
 	defer cancel()
 	if res := h.srv.Bind(ctx, &bindArgs{PodName: "c", PodNamespace: "default", Node: "n1"}); !strings.Contains(res.Error, ErrInFlight.Error()) {
 		t.Fatalf("bind of c with b in flight: %q, want in flight", res.Error)
+	}
+}
+
+// Nodes in one state share Fit's verdict whether or not containers are in flight on them; whether
+// the pod must wait is still checked on each node, in any order of the names.
+func TestFilterSharesVerdictsAcrossNodesInFlight(t *testing.T) {
+	var objs []runtime.Object
+	for _, n := range []string{"n1", "n2", "n3"} {
+		objs = append(objs, gpuNode(nodeSpec{name: n, model: a40, memMiB: 10000, count: 4, shares: 4}))
+		// The same card held on each; on n1 its pod is still Pending, so its container is in flight.
+		holder := benchHolder(t, n, 0, uuidOf(n, 0)+"::0", 10000, 100)
+		if n == "n1" {
+			holder.Status.Phase = corev1.PodPending
+		}
+		objs = append(objs, holder)
+	}
+	h := newHarness(t, harnessOptions{}, objs...)
+	share := gpuPod("b", nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10})
+	want := map[string]string{"n1": `waits until pod default/n1-p0 container "m" is allocated (in flight with 1 card, not interchangeable)`}
+	for _, order := range [][]string{{"n2", "n1", "n3"}, {"n1", "n2", "n3"}} {
+		res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: share, NodeNames: &order}))
+		if diff := cmp.Diff(want, map[string]string(res.FailedNodes)); diff != "" || !cmp.Equal([]string{"n2", "n3"}, *res.NodeNames) {
+			t.Errorf("order %v: FailedNodes (-want +got):\n%s fit %v", order, diff, *res.NodeNames)
+		}
 	}
 }
