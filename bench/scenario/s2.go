@@ -32,6 +32,9 @@ type S2Config struct {
 	// ScorePercent, when not negative, is the profile's percentageOfNodesToScore (0: kube-scheduler's
 	// adaptive default); else the chart's.
 	ScorePercent int
+	// PlainScorePercent, when positive, is plain kube-scheduler's percentageOfNodesToScore (else
+	// its adaptive default), to compare both at the chart's 100.
+	PlainScorePercent int
 }
 
 // S2Phase is one scheduler's run of S2.
@@ -86,7 +89,12 @@ func S2(t cluster.TB, cfg S2Config) S2Result {
 	defer w.stop()
 
 	var res S2Result
-	res.Plain = s2Phase(t, b, w, cfg, "plain", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-plain", nil) })
+	var plain map[string]any
+	if cfg.PlainScorePercent > 0 {
+		plain = map[string]any{"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+			"percentageOfNodesToScore": cfg.PlainScorePercent}
+	}
+	res.Plain = s2Phase(t, b, w, cfg, "plain", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-plain", plain) })
 	b.deletePods(t)
 	w.reset()
 
@@ -95,6 +103,8 @@ func S2(t cluster.TB, cfg S2Config) S2Result {
 		if cfg.Shortlist >= 0 {
 			c.FilterShortlist = cfg.Shortlist
 		}
+		t.Logf("S2 cardinal: --filter-shortlist=%d, percentageOfNodesToScore %d (-1: the chart's); plain %d (0: adaptive)",
+			c.FilterShortlist, cfg.ScorePercent, cfg.PlainScorePercent)
 	})
 	var set []string
 	if cfg.ScorePercent >= 0 {
