@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -126,6 +127,13 @@ func (c *Config) client() (kubernetes.Interface, error) {
 		}
 	}
 	rc = rest.CopyConfig(rc)
+	if rc.ContentType == "" {
+		// Protobuf, as kube-scheduler and the controllers use: the API server encodes every pod
+		// update once per encoding its watchers ask for, and a JSON watch of all pods cost it more
+		// CPU than the bindings themselves in S2 (and costs the extender's decoder too).
+		rc.ContentType = runtime.ContentTypeProtobuf
+		rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
 	if rc.QPS == 0 {
 		// One write per bound pod; API Priority and Fairness, not a client-side limit, protects the
 		// API server. A limit of 200 requests/s (two writes per pod then) capped binding at 100 pods/s in S2.
