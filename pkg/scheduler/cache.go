@@ -84,6 +84,11 @@ type nodeEntry struct {
 	gen uint64
 	// inFlight counts the in-flight containers of pods on the node.
 	inFlight int
+	// flightSame is true when every in-flight container on the node is managed, has a selector
+	// without card rules and asks what flightReq asks (summariseFlight): waits then answers a pod
+	// without card rules from these two fields, without walking the node's pods.
+	flightSame bool
+	flightReq  annotations.ContainerRequest
 	// key is appendKey of the cards (empty without state) and hash its hash: nodes with equal keys
 	// (and, for policies that read them, equal CPU and memory) are decided once per Evaluate.
 	key  string
@@ -316,6 +321,9 @@ func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
 			c.unapply(n, old)
 			n.inFlight -= len(old.inFlight)
 			delete(n.pods, uid)
+			if len(old.inFlight) > 0 {
+				summariseFlight(n)
+			}
 			c.bump(n)
 		}
 		delete(c.pods, uid)
@@ -328,6 +336,9 @@ func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
 		n := c.node(rec.node)
 		n.pods[uid] = rec
 		n.inFlight += len(rec.inFlight)
+		if len(rec.inFlight) > 0 {
+			summariseFlight(n)
+		}
 		c.pods[uid] = rec
 		c.apply(n, rec)
 		c.bump(n)
@@ -802,6 +813,19 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 	if n.inFlight == 0 {
 		return nil
 	}
+	if n.flightSame && !p.Selector.HasCardConstraint() {
+		same := true
+		for ci := range p.Request.Containers {
+			r := &p.Request.Containers[ci]
+			if r.Count == n.flightReq.Count && !r.Interchangeable(&n.flightReq) {
+				same = false // some container may wait: the walk below says for which
+				break
+			}
+		}
+		if same {
+			return nil
+		}
+	}
 	for _, other := range n.pods {
 		for fi := range other.inFlight {
 			f := &other.inFlight[fi]
@@ -818,6 +842,22 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 		}
 	}
 	return nil
+}
+
+// summariseFlight sets the node's flightSame and flightReq from its pods' in-flight containers.
+func summariseFlight(n *nodeEntry) {
+	n.flightSame = false
+	first := true
+	for _, p := range n.pods {
+		for i := range p.inFlight {
+			f := &p.inFlight[i]
+			if f.unmanaged || f.sel.HasCardConstraint() || (!first && !f.req.Interchangeable(&n.flightReq)) {
+				return
+			}
+			n.flightReq, first = f.req, false
+		}
+	}
+	n.flightSame = true
 }
 
 // interchangeable reports whether container r (placed on the cards devs) and the in-flight

@@ -145,3 +145,22 @@ func TestFilterSharesVerdictsAcrossNodesInFlight(t *testing.T) {
 		}
 	}
 }
+
+// With containers of different requests in flight on a node, each still counts: a shared 1-card
+// container waits for the whole 1-card one even while 2- and 3-card ones are in flight beside it
+// (repeated: the node's pods are a map, walked in random order).
+func TestInFlightMixedRequests(t *testing.T) {
+	for range 10 {
+		h := newHarness(t, harnessOptions{informer: true}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 8, shares: 4}))
+		h.createPods(gpuPod("two", nil, ctr{name: "m", gpu: 2}), gpuPod("one", nil, ctr{name: "m", gpu: 1}),
+			gpuPod("three", nil, ctr{name: "m", gpu: 3}), gpuPod("share", nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10}))
+		for _, name := range []string{"two", "one", "three"} {
+			if err := h.bind(name, "n1"); err != "" {
+				t.Fatalf("bind %s: %s", name, err)
+			}
+		}
+		if err := h.bind("share", "n1"); !strings.Contains(err, `waits until pod default/one container "m" is allocated`) {
+			t.Fatalf("bind of share: %q, want it to wait for one", err)
+		}
+	}
+}
