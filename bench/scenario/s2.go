@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -23,8 +24,9 @@ type S2Config struct {
 	CreateWorkers int
 	// Idle is how long a phase waits without a new binding before it gives up.
 	Idle time.Duration
-	// ProfileDir, when set, receives a CPU profile of each phase's kube-scheduler over its first
-	// ProfileFor (kube-scheduler-<phase>.pprof; symbolize with the pinned kube-scheduler binary).
+	// ProfileDir, when set, receives a CPU profile of each phase's kube-scheduler and kube-apiserver
+	// over the phase's first ProfileFor (kube-scheduler-<phase>.pprof, kube-apiserver-<phase>.pprof;
+	// symbolize with the pinned binaries).
 	ProfileDir string
 	ProfileFor time.Duration
 	// Shortlist, when not negative, is the extender's --filter-shortlist (else its default).
@@ -137,12 +139,16 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	started := time.Now()
 	ks := start()
 	cpu.add("kube-scheduler", ks.Pid())
-	profiled := make(chan error, 1)
+	profiled := make(chan error, 2)
 	if cfg.ProfileDir != "" {
 		go func() {
 			profiled <- ks.profile(filepath.Join(cfg.ProfileDir, "kube-scheduler-"+name+".pprof"), cfg.ProfileFor)
 		}()
+		go func() {
+			profiled <- b.profileAPIServer(filepath.Join(cfg.ProfileDir, "kube-apiserver-"+name+".pprof"), cfg.ProfileFor)
+		}()
 	} else {
+		profiled <- nil
 		profiled <- nil
 	}
 	ph.Bound = w.waitBound(cfg.Pods, cfg.Idle)
@@ -174,8 +180,10 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	for _, r := range []string{"scheduled", "unschedulable", "error"} {
 		ph.Attempts[r] = ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": r})
 	}
-	if err := <-profiled; err != nil {
-		t.Errorf("%s: kube-scheduler profile: %v", name, err)
+	for range 2 {
+		if err := <-profiled; err != nil {
+			t.Errorf("%s: profile: %v", name, err)
+		}
 	}
 	ks.Stop()
 	if ph.Bound < cfg.Pods {
@@ -185,6 +193,19 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	t.Logf("S2 %s: %d pods bound at %.1f pods/s (created in %s), all bound %s after start, attempt p50 %s p99 %s, algorithm p99 %s, attempts %v, CPU %v",
 		name, ph.Bound, ph.PodsPerSecond, ph.Create.Round(time.Millisecond), ph.AllBound.Round(time.Millisecond), ph.AttemptP50, ph.AttemptP99, ph.AlgorithmP99, ph.Attempts, ph.CPU)
 	return ph
+}
+
+// profileAPIServer writes a CPU profile of the next d of kube-apiserver to path (its
+// /debug/pprof, read with the admin client).
+func (b *bed) profileAPIServer(path string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	raw, err := b.fast.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", itoa(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver profile: %w", err)
+	}
+	return os.WriteFile(path, raw, 0o644)
 }
 
 // seconds turns a float of seconds into a duration; NaN is 0.
