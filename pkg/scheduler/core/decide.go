@@ -272,7 +272,7 @@ func (p *Pod) Score(n *NodeState, plan *Plan, mix *TaskMix) float64 {
 
 // ScoreWith is Score using the buffers of s (no allocation).
 func (p *Pod) ScoreWith(n *NodeState, plan *Plan, mix *TaskMix, s *Scratch) float64 {
-	s.node = NodeInput{Node: n, Plan: plan, Mix: mix}
+	s.node = NodeInput{Node: n, Plan: plan, Mix: mix, frag: &s.f.frag}
 	return p.nodeScore(&s.node)
 }
 
@@ -338,6 +338,8 @@ type fit struct {
 	kdevs   []topology.Device
 	kreason *Reason
 	kids    []string
+	// frag is the frag-aware policy's work on the node, shared by the card scores and ScoreWith.
+	frag fragState
 }
 
 type numaGroup struct {
@@ -574,7 +576,7 @@ func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason
 
 // cardScore runs the card strategy on the scratch's CardInput (no allocation per card).
 func (f *fit) cardScore(card *Card, before, after Usage, c *annotations.ContainerRequest) float64 {
-	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix, Host: f.pod.Host}
+	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix, Host: f.pod.Host, frag: &f.frag}
 	return f.pod.card.Score(&f.in)
 }
 

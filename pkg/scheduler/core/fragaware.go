@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"slices"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
@@ -40,8 +41,15 @@ import (
 // without host), they keep no class out and the policy measures GPU fragmentation only. Without a
 // mix (nothing seen yet) both fall back to binpack.
 //
-// Cost: one pass over the classes of the mix for each distinct card state of the node, and no
-// allocation for nodes of up to fragStackCards cards.
+// Cost: the mix keeps the classes that count, grouped by what a card needs to host one of their
+// devices (fragIndex: classes that differ only in card count or host CPU and memory host alike),
+// rebuilt by TaskMix.Add, so scoring never looks at the others. Per node, the distinct card states
+// and which groups each one hosts are found once per Fit and reused by every card score and by the
+// node score after it (fragState, kept in the Scratch); a card score is then one walk over the
+// node's distinct states per group, two host checks per group and one pass over the counted classes,
+// and the node score the same before and after the plan. The sums are taken in the order of a walk
+// over every class and card view, so every score is the same to the bit. No allocation per node once
+// the Scratch's buffers have grown (Pod.Fit and Pod.Score, without a Scratch, allocate them).
 
 func init() {
 	// Self-registration, at initialisation only (strategy.go names these two for PolicyFragAware).
@@ -70,26 +78,22 @@ const fragMinShare = 0.005
 // score from 5 to 2.7 or 7.3, so the extender's integer scores (0..10) still tell such placements apart.
 const fragSlope = 4
 
-// fragStackCards is the card count up to which a node's card views live on the stack.
-const fragStackCards = 16
-
 // fragAwareNode scores a node by the change of its expected fragmentation under the plan.
 func fragAwareNode(in *NodeInput) float64 {
 	if in.Mix == nil || in.Mix.Total <= 0 {
 		return binpackNode(in)
 	}
-	var bufBefore, bufAfter [fragStackCards]cardView
-	before, after := bufBefore[:0], bufAfter[:0]
-	if len(in.Node.Cards) > fragStackCards {
-		before, after = make([]cardView, 0, len(in.Node.Cards)), make([]cardView, 0, len(in.Node.Cards))
+	s := in.frag
+	if s == nil {
+		s = &fragState{}
 	}
+	s.prepare(in.Node, in.Mix)
 	// Cards the plan does not touch appear alike before and after, so they cancel in ΔF exactly.
-	for i := range in.Node.Cards {
-		c := &in.Node.Cards[i]
-		before = appendView(before, c, c.Usage)
-		after = appendView(after, c, in.After(i))
-	}
-	delta := expectedFragHost(after, in.Mix, &in.Node.Host, in.Plan.Host) - expectedFragHost(before, in.Mix, &in.Node.Host, HostRequest{})
+	s.listNode()
+	before := s.expected(&in.Node.Host, HostRequest{})
+	s.listAfter(in)
+	after := s.expected(&in.Node.Host, in.Plan.Host)
+	delta := after - before
 	// Tie-break (see fragTieBreak): the larger of card and CPU use after the placement.
 	tie := utilizationAfter(in)
 	if h := &in.Node.Host; h.AllocCPUMilli > 0 {
@@ -104,45 +108,275 @@ func fragAwareCard(in *CardInput) float64 {
 	if in.Mix == nil || in.Mix.Total <= 0 {
 		return binpackCard(in)
 	}
-	var buf [fragStackCards]cardView
-	views := buf[:0]
-	if len(in.Node.Cards) > len(buf) {
-		views = make([]cardView, 0, len(in.Node.Cards))
+	s := in.frag
+	if s == nil {
+		s = &fragState{}
 	}
-	for i := range in.Node.Cards {
-		c := &in.Node.Cards[i]
-		if c == in.Card {
-			continue
+	s.prepare(in.Node, in.Mix)
+	s.clearList()
+	for j := range in.Node.Cards {
+		if &in.Node.Cards[j] != in.Card {
+			s.push(s.of[j])
 		}
-		views = appendView(views, c, c.Usage)
 	}
+	free := s.sums()
 	b, a := newView(in.Card, in.Before), newView(in.Card, in.After)
-	delta, total := 0.0, 0.0
-	least := fragMinShare * in.Mix.Total
-	for ci := range in.Mix.Classes {
+	for g, ci := range s.idx.groups {
 		t := &in.Mix.Classes[ci]
-		if t.Weight < least || t.Weight <= 0 {
-			continue
-		}
-		total += t.Weight
-		count, frag, free := classFrag(views, t)
-		if !t.HostFits(&in.Node.Host, in.Host) {
+		s.hostsBefore[g], s.hostsAfter[g] = b.hosts(t), a.hosts(t)
+	}
+	delta, total := 0.0, 0.0
+	for i := range s.idx.active {
+		t := &s.idx.active[i]
+		total += t.weight
+		if !in.Node.Host.Fits(t.cpu, t.mem, in.Host) {
 			// The class cannot run on the node once the pod is there: all free capacity counts.
-			delta += t.Weight * (a.free - b.free)
+			delta += t.weight * (a.free - b.free)
 			continue
 		}
-		fb := finishFrag(t, count, frag, free, &b)
-		fa := finishFrag(t, count, frag, free, &a)
-		delta += t.Weight * (fa - fb)
+		g := t.group
+		fb := finishFrag(t.cards, s.count[g], s.frag[g], free, b.free, s.hostsBefore[g])
+		fa := finishFrag(t.cards, s.count[g], s.frag[g], free, a.free, s.hostsAfter[g])
+		delta += t.weight * (fa - fb)
 	}
 	return -delta/total + fragTieBreak*in.Card.Utilization(in.After)
 }
 
-// cardView is what fragmentation needs of one card in one usage, with how many identical cards
-// (same model, same usage) it stands for.
+// fragIndex is what the policy reads of a mix: the classes that count (weight at least
+// fragMinShare of the total), in the mix's order, each with its hosting group. Classes that differ
+// only in card count or host CPU and memory host a device on exactly the same cards (cardView.hosts),
+// so a walk over a node's cards serves the whole group. TaskMix.Add rebuilds it.
+type fragIndex struct {
+	// built, total and classes say for which mix it was built (TaskMix.Total, len(Classes)).
+	built   bool
+	total   float64
+	classes int
+	active  []fragClass
+	// groups holds, per group, the index in TaskMix.Classes of its first class.
+	groups []int
+}
+
+// fragClass is a class that counts: what the policy reads of it.
+type fragClass struct {
+	weight   float64
+	cards    int
+	cpu, mem int64
+	group    int
+}
+
+func (x *fragIndex) build(m *TaskMix) {
+	x.built, x.total, x.classes = true, m.Total, len(m.Classes)
+	x.active, x.groups = x.active[:0], x.groups[:0]
+	least := fragMinShare * m.Total
+	for ci := range m.Classes {
+		t := &m.Classes[ci]
+		if t.Weight < least || t.Weight <= 0 {
+			continue
+		}
+		g := slices.IndexFunc(x.groups, func(r int) bool { return sameHosting(&m.Classes[r], t) })
+		if g < 0 {
+			g = len(x.groups)
+			x.groups = append(x.groups, ci)
+		}
+		x.active = append(x.active, fragClass{weight: t.Weight, cards: t.Cards, cpu: t.HostCPUMilli, mem: t.HostMemMiB, group: g})
+	}
+}
+
+// sameHosting reports whether classes a and b host a device on the same cards (cardView.hosts).
+func sameHosting(a, b *TaskClass) bool {
+	return a.Whole == b.Whole && a.Cores == b.Cores && a.MemMiB == b.MemMiB && a.MemPercent == b.MemPercent &&
+		slices.Equal(a.Models, b.Models)
+}
+
+// fragState is the policy's working state for one node: its distinct card states (views), which
+// hosting groups each one hosts, and buffers. The Scratch keeps one, so that the card scores of a
+// Fit and the node score after it share the work; it rebuilds itself when the node, its cards'
+// usage or the mix changed. The zero value is ready.
+type fragState struct {
+	node    *NodeState
+	mix     *TaskMix
+	total   float64 // mix.Total and len(mix.Classes) when built
+	classes int
+	usage   []Usage // the cards' usage when built
+	idx     *fragIndex
+	own     fragIndex // the index, when the mix's is stale (a mix changed other than by Add)
+
+	// views are the distinct card states: first the node's cards' in order of first appearance
+	// (nodeViews of them), then others met since (after a plan). host holds words bits per view,
+	// bit g set when the view hosts group g; n is how many of the node's cards are in each view,
+	// and of is each card's view.
+	views     []cardView
+	host      []uint64
+	words     int
+	n         []int
+	nodeViews int
+	of        []int
+
+	// list is the views being summed, in order of first appearance, with their counts; at is
+	// each view's place in list (-1: not in it).
+	list []viewCount
+	at   []int
+	// Per group: the cards of list that host it and the free capacity of those that do not
+	// (sums), and whether the scored card hosts it before and after.
+	count                   []int
+	frag                    []float64
+	hostsBefore, hostsAfter []bool
+}
+
+type viewCount struct{ view, n int }
+
+// prepare makes s describe node n under mix m.
+func (s *fragState) prepare(n *NodeState, m *TaskMix) {
+	if s.node == n && s.mix == m && s.total == m.Total && s.classes == len(m.Classes) && len(s.usage) == len(n.Cards) {
+		same := true
+		for i := range n.Cards {
+			if n.Cards[i].Usage != s.usage[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	s.node, s.mix, s.total, s.classes = n, m, m.Total, len(m.Classes)
+	s.idx = m.fragIndex(&s.own)
+	groups := len(s.idx.groups)
+	s.words = (groups + 63) / 64
+	s.count, s.frag = resize(s.count, groups), resize(s.frag, groups)
+	s.hostsBefore, s.hostsAfter = resize(s.hostsBefore, groups), resize(s.hostsAfter, groups)
+	s.usage, s.views, s.host, s.n, s.of = s.usage[:0], s.views[:0], s.host[:0], s.n[:0], s.of[:0]
+	s.list, s.at = s.list[:0], s.at[:0]
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		s.usage = append(s.usage, c.Usage)
+		k := s.find(c, c.Usage)
+		s.n[k]++
+		s.of = append(s.of, k)
+	}
+	s.nodeViews = len(s.views)
+}
+
+// find returns the view of card c in usage u, adding it when it is new.
+func (s *fragState) find(c *Card, u Usage) int {
+	v := newView(c, u)
+	for k := range s.views {
+		if s.views[k].same(&v) {
+			return k
+		}
+	}
+	s.views, s.n, s.at = append(s.views, v), append(s.n, 0), append(s.at, -1)
+	at := len(s.host)
+	for range s.words {
+		s.host = append(s.host, 0)
+	}
+	for g, ci := range s.idx.groups {
+		if v.hosts(&s.mix.Classes[ci]) {
+			s.host[at+g/64] |= 1 << (g % 64)
+		}
+	}
+	return len(s.views) - 1
+}
+
+// push adds one card of view k to list.
+func (s *fragState) push(k int) {
+	if p := s.at[k]; p >= 0 {
+		s.list[p].n++
+		return
+	}
+	s.at[k] = len(s.list)
+	s.list = append(s.list, viewCount{view: k, n: 1})
+}
+
+func (s *fragState) clearList() {
+	for _, e := range s.list {
+		s.at[e.view] = -1
+	}
+	s.list = s.list[:0]
+}
+
+// listNode lists the node's cards as they are.
+func (s *fragState) listNode() {
+	s.clearList()
+	for k := 0; k < s.nodeViews; k++ {
+		s.at[k] = len(s.list)
+		s.list = append(s.list, viewCount{view: k, n: s.n[k]})
+	}
+}
+
+// listAfter lists the node's cards once the plan is applied.
+func (s *fragState) listAfter(in *NodeInput) {
+	s.clearList()
+	for i := range in.Node.Cards {
+		c := &in.Node.Cards[i]
+		k := s.of[i]
+		if u := in.After(i); u != c.Usage {
+			k = s.find(c, u)
+		}
+		s.push(k)
+	}
+}
+
+// sums walks list as classFrag would for each group: it returns the free capacity of every card
+// listed and sets, per group, the cards that host it (count) and the free capacity of those that
+// do not (frag), each sum taken in list order.
+func (s *fragState) sums() float64 {
+	total := 0.0
+	for _, e := range s.list {
+		total += s.views[e.view].free * float64(e.n)
+	}
+	for g := range s.count {
+		count, frag := 0, 0.0
+		word, bit := g/64, uint64(1)<<(g%64)
+		for _, e := range s.list {
+			if s.host[e.view*s.words+word]&bit != 0 {
+				count += e.n
+			} else {
+				frag += s.views[e.view].free * float64(e.n)
+			}
+		}
+		s.count[g], s.frag[g] = count, frag
+	}
+	return total
+}
+
+// expected is F(M) of the listed cards, in cards, on a node with host resources h less extra.
+func (s *fragState) expected(h *HostState, extra HostRequest) float64 {
+	total := s.sums()
+	sum, weight := 0.0, 0.0
+	for i := range s.idx.active {
+		t := &s.idx.active[i]
+		weight += t.weight
+		if s.count[t.group] < t.cards || !h.Fits(t.cpu, t.mem, extra) {
+			sum += t.weight * total
+		} else {
+			sum += t.weight * s.frag[t.group]
+		}
+	}
+	if weight == 0 {
+		return 0
+	}
+	return sum / weight
+}
+
+// finishFrag adds one more card (free capacity free, hosting the class or not) to a group's sums
+// and returns F of a class of cards cards per container.
+func finishFrag(cards, count int, frag, total, free float64, hosts bool) float64 {
+	total += free
+	if hosts {
+		count++
+	} else {
+		frag += free
+	}
+	if count < cards {
+		return total
+	}
+	return frag
+}
+
+// cardView is what fragmentation needs of one card in one usage.
 type cardView struct {
 	card *Card
-	n    int
 	// free is the card's free capacity in cards, in [0, 1]; 0 when unhealthy or held whole.
 	free      float64
 	freeMem   int64
@@ -153,7 +387,7 @@ type cardView struct {
 }
 
 func newView(c *Card, u Usage) cardView {
-	v := cardView{card: c, n: 1, held: u.Held, whole: u.Whole > 0 || !c.Healthy}
+	v := cardView{card: c, held: u.Held, whole: u.Whole > 0 || !c.Healthy}
 	if v.whole {
 		return v
 	}
@@ -164,18 +398,11 @@ func newView(c *Card, u Usage) cardView {
 	return v
 }
 
-// appendView adds card c in usage u, merging it into an equal view already there.
-func appendView(views []cardView, c *Card, u Usage) []cardView {
-	v := newView(c, u)
-	for i := range views {
-		w := &views[i]
-		if w.free == v.free && w.freeMem == v.freeMem && w.freeCores == v.freeCores && w.freeSlots == v.freeSlots &&
-			w.held == v.held && w.whole == v.whole && w.card.MemoryMiB == c.MemoryMiB && w.card.modelLower == c.modelLower {
-			w.n++
-			return views
-		}
-	}
-	return append(views, v)
+// same reports whether views w and v count alike: same free capacity, model and memory, so that
+// every class is hosted by both or neither.
+func (w *cardView) same(v *cardView) bool {
+	return w.free == v.free && w.freeMem == v.freeMem && w.freeCores == v.freeCores && w.freeSlots == v.freeSlots &&
+		w.held == v.held && w.whole == v.whole && w.card.MemoryMiB == v.card.MemoryMiB && w.card.modelLower == v.card.modelLower
 }
 
 // hosts reports whether the card in view v can take one device of class t.
@@ -199,62 +426,4 @@ func classMemOn(t *TaskClass, total int64) int64 {
 		return total * int64(t.MemPercent) / 100
 	}
 	return 0
-}
-
-// classFrag sums, over views, the cards that can host a device of t (count), the free capacity of
-// those that cannot (frag) and all free capacity (total).
-func classFrag(views []cardView, t *TaskClass) (count int, frag, total float64) {
-	for i := range views {
-		v := &views[i]
-		f := v.free * float64(v.n)
-		total += f
-		if v.hosts(t) {
-			count += v.n
-		} else {
-			frag += f
-		}
-	}
-	return count, frag, total
-}
-
-// finishFrag adds one more card (view v) to the sums of classFrag and returns F(t).
-func finishFrag(t *TaskClass, count int, frag, total float64, v *cardView) float64 {
-	total += v.free
-	if v.hosts(t) {
-		count++
-	} else {
-		frag += v.free
-	}
-	if count < t.Cards {
-		return total
-	}
-	return frag
-}
-
-// expectedFrag is F(M) of the cards in views, in cards, host resources unknown.
-func expectedFrag(views []cardView, mix *TaskMix) float64 {
-	return expectedFragHost(views, mix, &HostState{}, HostRequest{})
-}
-
-// expectedFragHost is F(M) of the cards in views, in cards, on a node with host resources h less extra.
-func expectedFragHost(views []cardView, mix *TaskMix, h *HostState, extra HostRequest) float64 {
-	sum, weight := 0.0, 0.0
-	least := fragMinShare * mix.Total
-	for ci := range mix.Classes {
-		t := &mix.Classes[ci]
-		if t.Weight < least || t.Weight <= 0 {
-			continue
-		}
-		weight += t.Weight
-		count, frag, total := classFrag(views, t)
-		if count < t.Cards || !t.HostFits(h, extra) {
-			sum += t.Weight * total
-		} else {
-			sum += t.Weight * frag
-		}
-	}
-	if weight == 0 {
-		return 0
-	}
-	return sum / weight
 }
