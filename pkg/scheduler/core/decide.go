@@ -338,8 +338,8 @@ type fit struct {
 	kdevs   []topology.Device
 	kreason *Reason
 	kids    []string
-	// frag is the frag-aware policy's work on the node, shared by the card scores and ScoreWith.
-	frag fragState
+	// frag keeps the frag-aware policy's work on the node for the card scores and ScoreWith.
+	frag fragKeep
 }
 
 type numaGroup struct {

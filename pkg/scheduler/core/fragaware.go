@@ -83,10 +83,7 @@ func fragAwareNode(in *NodeInput) float64 {
 	if in.Mix == nil || in.Mix.Total <= 0 {
 		return binpackNode(in)
 	}
-	s := in.frag
-	if s == nil {
-		s = &fragState{}
-	}
+	s := in.frag.get()
 	s.prepare(in.Node, in.Mix)
 	// Cards the plan does not touch appear alike before and after, so they cancel in ΔF exactly.
 	s.listNode()
@@ -108,10 +105,7 @@ func fragAwareCard(in *CardInput) float64 {
 	if in.Mix == nil || in.Mix.Total <= 0 {
 		return binpackCard(in)
 	}
-	s := in.frag
-	if s == nil {
-		s = &fragState{}
-	}
+	s := in.frag.get()
 	s.prepare(in.Node, in.Mix)
 	s.clearList()
 	for j := range in.Node.Cards {
@@ -221,9 +215,40 @@ type fragState struct {
 	count                   []int
 	frag                    []float64
 	hostsBefore, hostsAfter []bool
+
+	// The first buffers of the slices above, so that a fragState new to a node of up to
+	// fragStackCards cards and a mix of up to fragStackGroups groups allocates nothing more.
+	bufViews                      [fragStackCards]cardView
+	bufUsage                      [fragStackCards]Usage
+	bufHost                       [fragStackCards]uint64
+	bufN, bufOf, bufAt            [fragStackCards]int
+	bufList                       [fragStackCards]viewCount
+	bufCount                      [fragStackGroups]int
+	bufFrag                       [fragStackGroups]float64
+	bufHostsBefore, bufHostsAfter [fragStackGroups]bool
 }
 
+// fragStackCards and fragStackGroups size the buffers a fragState starts with.
+const (
+	fragStackCards  = 16
+	fragStackGroups = 32
+)
+
 type viewCount struct{ view, n int }
+
+// fragKeep holds a fragState for a Scratch, made on first use so that other policies do not pay for it.
+type fragKeep struct{ s *fragState }
+
+// get returns the kept fragState, or a new one when k is nil (nothing kept).
+func (k *fragKeep) get() *fragState {
+	if k == nil {
+		return &fragState{}
+	}
+	if k.s == nil {
+		k.s = &fragState{}
+	}
+	return k.s
+}
 
 // prepare makes s describe node n under mix m.
 func (s *fragState) prepare(n *NodeState, m *TaskMix) {
@@ -238,6 +263,11 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 		if same {
 			return
 		}
+	}
+	if s.views == nil {
+		s.views, s.usage, s.host, s.n, s.of, s.at = s.bufViews[:0], s.bufUsage[:0], s.bufHost[:0], s.bufN[:0], s.bufOf[:0], s.bufAt[:0]
+		s.list, s.count, s.frag = s.bufList[:0], s.bufCount[:0], s.bufFrag[:0]
+		s.hostsBefore, s.hostsAfter = s.bufHostsBefore[:0], s.bufHostsAfter[:0]
 	}
 	s.node, s.mix, s.total, s.classes = n, m, m.Total, len(m.Classes)
 	s.idx = m.fragIndex(&s.own)

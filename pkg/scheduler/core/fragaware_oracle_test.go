@@ -15,9 +15,6 @@ import (
 // verbatim but for the names as the oracle of TestFragAwareMatchesOracle: the fast implementation
 // must return the same scores, bit for bit.
 
-// fragStackCards is the card count up to which a node's card views live on the stack.
-const fragStackCards = 16
-
 // oracleFragAwareNode scores a node by the change of its expected fragmentation under the plan.
 func oracleFragAwareNode(in *NodeInput) float64 {
 	if in.Mix == nil || in.Mix.Total <= 0 {
@@ -213,7 +210,7 @@ func TestFragAwareMatchesOracle(t *testing.T) {
 	}
 	same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
 	var s Scratch
-	var st fragState
+	var st fragKeep
 	nodes, cards, plans := 0, 0, 0
 	for iter := range 400 {
 		mix := oracleRandomMix(rng)

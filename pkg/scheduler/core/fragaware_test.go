@@ -269,7 +269,8 @@ func TestFragAwareIsAvailable(t *testing.T) {
 	}
 }
 
-// BenchmarkFragAware is S1's share for this policy: Fit and Score of a one-card share on 500
+// BenchmarkFragAware is S1's share for this policy: FitWith and ScoreWith (one Scratch, as the
+// extender's Evaluate) of a one-card share on 500
 // nodes of 8 cards, half used, against a mix of 24 classes (as many as the default trace has).
 func BenchmarkFragAware(b *testing.B) {
 	for _, policy := range []annotations.Policy{annotations.PolicyBinpack, annotations.PolicyFragAware} {
@@ -289,12 +290,13 @@ func BenchmarkFragAware(b *testing.B) {
 			for i := range nodes {
 				nodes[i] = faNode(fmt.Sprint("n", i), "G2", 100, 100, 100, 100, (i*7)%60, (i*13)%50, 0, 0)
 			}
+			var s Scratch
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				for _, n := range nodes {
-					if plan, r := p.Fit(n, mix); r == nil {
-						p.Score(n, plan, mix)
+					if plan, r := p.FitWith(n, mix, &s); r == nil {
+						p.ScoreWith(n, plan, mix, &s)
 					}
 				}
 			}

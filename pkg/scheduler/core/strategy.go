@@ -24,7 +24,7 @@ type NodeInput struct {
 	Plan *Plan
 	Mix  *TaskMix
 
-	frag *fragState // the frag-aware policy's work on this node, kept by a Scratch (nil: none kept)
+	frag *fragKeep // where a Scratch keeps the frag-aware policy's work on the node (nil: nowhere)
 }
 
 // Before returns the usage of card i before the placement.
@@ -48,7 +48,7 @@ type CardInput struct {
 	// Host is the pod's CPU and memory request (Pod.Host); Node.Host is the node before the pod.
 	Host HostRequest
 
-	frag *fragState // the frag-aware policy's work on this node, kept by a Scratch (nil: none kept)
+	frag *fragKeep // where a Scratch keeps the frag-aware policy's work on the node (nil: nowhere)
 }
 
 // CardStrategy ranks cards inside a node: Score higher is better (ties go to the lower card index).
