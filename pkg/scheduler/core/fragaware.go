@@ -107,6 +107,18 @@ func fragAwareCard(in *CardInput) float64 {
 	}
 	s := in.frag.get()
 	s.prepare(in.Node, in.Mix)
+	tie := fragTieBreak * in.Card.Utilization(in.After)
+	key, memo := s.memoKey(in)
+	if memo {
+		for i := range s.memo {
+			if s.memo[i].key == key {
+				return s.memo[i].score + tie
+			}
+		}
+		if len(s.memo) == cap(s.memo) && len(s.memo) >= fragMemo {
+			s.memo = s.memo[:0]
+		}
+	}
 	s.clearList()
 	for j := range in.Node.Cards {
 		if &in.Node.Cards[j] != in.Card {
@@ -114,10 +126,18 @@ func fragAwareCard(in *CardInput) float64 {
 		}
 	}
 	free := s.sums()
-	b, a := newView(in.Card, in.Before), newView(in.Card, in.After)
-	for g, ci := range s.idx.groups {
-		t := &in.Mix.Classes[ci]
-		s.hostsBefore[g], s.hostsAfter[g] = b.hosts(t), a.hosts(t)
+	// The card before and after, as views of the table (whose hosting bits are known).
+	kb := -1
+	if key.view >= 0 && in.Before == in.Card.Usage {
+		kb = key.view
+	} else {
+		kb = s.find(in.Card, in.Before)
+	}
+	ka := s.find(in.Card, in.After)
+	b, a := &s.views[kb], &s.views[ka]
+	for g := range s.idx.groups {
+		word, bit := g/64, uint64(1)<<(g%64)
+		s.hostsBefore[g], s.hostsAfter[g] = s.host[kb*s.words+word]&bit != 0, s.host[ka*s.words+word]&bit != 0
 	}
 	delta, total := 0.0, 0.0
 	for i := range s.idx.active {
@@ -133,7 +153,44 @@ func fragAwareCard(in *CardInput) float64 {
 		fa := finishFrag(t.cards, s.count[g], s.frag[g], free, a.free, s.hostsAfter[g])
 		delta += t.weight * (fa - fb)
 	}
-	return -delta/total + fragTieBreak*in.Card.Utilization(in.After)
+	score := -delta / total
+	if memo {
+		s.memo = append(s.memo, cardMemo{key: key, score: score})
+	}
+	return score + tie
+}
+
+// cardKey is what a card score reads: the card's view and whether it is the first card of the
+// node in that view (the other cards' views, in the order of their first appearance, are then the
+// same for every card with an equal key), what the view does not fix of the card, its usage before
+// and after, and the node's and the pod's CPU and memory.
+type cardKey struct {
+	view          int
+	first         bool
+	slots         int
+	healthy       bool
+	before, after Usage
+	host          HostState
+	pod           HostRequest
+}
+
+// cardMemo is the fragmentation part of a card score, −ΔF/Σw, for a key.
+type cardMemo struct {
+	key   cardKey
+	score float64
+}
+
+// memoKey returns the key of the card scored by in, false (and view −1) when the card is not one of
+// the node's.
+func (s *fragState) memoKey(in *CardInput) (cardKey, bool) {
+	for i := range in.Node.Cards {
+		if c := &in.Node.Cards[i]; c == in.Card {
+			k := s.of[i]
+			return cardKey{view: k, first: s.first[k] == i, slots: c.Slots(), healthy: c.Healthy, before: in.Before, after: in.After,
+				host: in.Node.Host, pod: in.Host}, true
+		}
+	}
+	return cardKey{view: -1}, false
 }
 
 // fragIndex is what the policy reads of a mix: the classes that count (weight at least
@@ -210,6 +267,10 @@ type fragState struct {
 	// each view's place in list (-1: not in it).
 	list []viewCount
 	at   []int
+	// first is, per view of the node's cards, the first card in it; memo holds the card scores
+	// taken since prepare built the state.
+	first []int
+	memo  []cardMemo
 	// Per group: the cards of list that host it and the free capacity of those that do not
 	// (sums), and whether the scored card hosts it before and after.
 	count                   []int
@@ -218,20 +279,25 @@ type fragState struct {
 
 	// The first buffers of the slices above, so that a fragState new to a node of up to
 	// fragStackCards cards and a mix of up to fragStackGroups groups allocates nothing more.
-	bufViews                      [fragStackCards]cardView
+	bufViews                      [2 * fragStackCards]cardView
 	bufUsage                      [fragStackCards]Usage
-	bufHost                       [fragStackCards]uint64
-	bufN, bufOf, bufAt            [fragStackCards]int
+	bufHost                       [2 * fragStackCards]uint64
+	bufN, bufAt                   [2 * fragStackCards]int
+	bufOf, bufFirst               [fragStackCards]int
+	bufMemo                       [fragStackCards]cardMemo
 	bufList                       [fragStackCards]viewCount
 	bufCount                      [fragStackGroups]int
 	bufFrag                       [fragStackGroups]float64
 	bufHostsBefore, bufHostsAfter [fragStackGroups]bool
 }
 
-// fragStackCards and fragStackGroups size the buffers a fragState starts with.
+// fragStackCards and fragStackGroups size the buffers a fragState starts with; fragMoreViews and
+// fragMemo bound what it keeps between rebuilds.
 const (
 	fragStackCards  = 16
 	fragStackGroups = 32
+	fragMoreViews   = 64
+	fragMemo        = 64
 )
 
 type viewCount struct{ view, n int }
@@ -252,7 +318,10 @@ func (k *fragKeep) get() *fragState {
 
 // prepare makes s describe node n under mix m.
 func (s *fragState) prepare(n *NodeState, m *TaskMix) {
-	if s.node == n && s.mix == m && s.total == m.Total && s.classes == len(m.Classes) && len(s.usage) == len(n.Cards) {
+	// Views met after the node's own (plans, cards before and after a device) stay until a rebuild,
+	// at most fragMoreViews of them.
+	if s.node == n && s.mix == m && s.total == m.Total && s.classes == len(m.Classes) && len(s.usage) == len(n.Cards) &&
+		len(s.views) <= s.nodeViews+fragMoreViews {
 		same := true
 		for i := range n.Cards {
 			if n.Cards[i].Usage != s.usage[i] {
@@ -267,6 +336,7 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 	if s.views == nil {
 		s.views, s.usage, s.host, s.n, s.of, s.at = s.bufViews[:0], s.bufUsage[:0], s.bufHost[:0], s.bufN[:0], s.bufOf[:0], s.bufAt[:0]
 		s.list, s.count, s.frag = s.bufList[:0], s.bufCount[:0], s.bufFrag[:0]
+		s.first, s.memo = s.bufFirst[:0], s.bufMemo[:0]
 		s.hostsBefore, s.hostsAfter = s.bufHostsBefore[:0], s.bufHostsAfter[:0]
 	}
 	s.node, s.mix, s.total, s.classes = n, m, m.Total, len(m.Classes)
@@ -276,11 +346,14 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 	s.count, s.frag = resize(s.count, groups), resize(s.frag, groups)
 	s.hostsBefore, s.hostsAfter = resize(s.hostsBefore, groups), resize(s.hostsAfter, groups)
 	s.usage, s.views, s.host, s.n, s.of = s.usage[:0], s.views[:0], s.host[:0], s.n[:0], s.of[:0]
-	s.list, s.at = s.list[:0], s.at[:0]
+	s.list, s.at, s.first, s.memo = s.list[:0], s.at[:0], s.first[:0], s.memo[:0]
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		s.usage = append(s.usage, c.Usage)
 		k := s.find(c, c.Usage)
+		if k == len(s.first) {
+			s.first = append(s.first, i)
+		}
 		s.n[k]++
 		s.of = append(s.of, k)
 	}
