@@ -302,9 +302,11 @@ func (s *Scratch) accepts(p *Pod, c *Card) bool {
 		return true
 	}
 	if s.selPod != p || s.selModel != c.modelLower {
-		s.selPod, s.selModel = p, c.modelLower
+		s.selPod = p
 		s.selAccept = sel.CheckLower(c.modelLower, c.UUID) == annotations.MatchOK
 	}
+	// This node's string: its other cards of the model share it and compare by pointer.
+	s.selModel = c.modelLower
 	return s.selAccept
 }
 

@@ -135,22 +135,42 @@ func fragAwareCard(in *CardInput) float64 {
 	}
 	ka := s.find(in.Card, in.After)
 	b, a := &s.views[kb], &s.views[ka]
+	// Each group's sums with the card added, before and after: among the cards that host the
+	// group, or its free capacity among the fragmented.
+	totalBefore, totalAfter := free+b.free, free+a.free
 	for g := range s.idx.groups {
 		word, bit := g/64, uint64(1)<<(g%64)
-		s.hostsBefore[g], s.hostsAfter[g] = s.host[kb*s.words+word]&bit != 0, s.host[ka*s.words+word]&bit != 0
+		e := &s.ends[g]
+		e.countBefore, e.fragBefore, e.countAfter, e.fragAfter = s.count[g], s.frag[g], s.count[g], s.frag[g]
+		if s.host[kb*s.words+word]&bit != 0 {
+			e.countBefore++
+		} else {
+			e.fragBefore += b.free
+		}
+		if s.host[ka*s.words+word]&bit != 0 {
+			e.countAfter++
+		} else {
+			e.fragAfter += a.free
+		}
 	}
+	fits := s.hostFits(&in.Node.Host, in.Host)
 	delta, total := 0.0, 0.0
 	for i := range s.idx.active {
 		t := &s.idx.active[i]
 		total += t.weight
-		if !in.Node.Host.Fits(t.cpu, t.mem, in.Host) {
+		if !fits[i] {
 			// The class cannot run on the node once the pod is there: all free capacity counts.
 			delta += t.weight * (a.free - b.free)
 			continue
 		}
-		g := t.group
-		fb := finishFrag(t.cards, s.count[g], s.frag[g], free, b.free, s.hostsBefore[g])
-		fa := finishFrag(t.cards, s.count[g], s.frag[g], free, a.free, s.hostsAfter[g])
+		e := &s.ends[t.group]
+		fb, fa := e.fragBefore, e.fragAfter
+		if e.countBefore < t.cards {
+			fb = totalBefore
+		}
+		if e.countAfter < t.cards {
+			fa = totalAfter
+		}
 		delta += t.weight * (fa - fb)
 	}
 	score := -delta / total
@@ -273,22 +293,39 @@ type fragState struct {
 	memo  []cardMemo
 	// Per group: the cards of list that host it and the free capacity of those that do not
 	// (sums), and whether the scored card hosts it before and after.
-	count                   []int
-	frag                    []float64
-	hostsBefore, hostsAfter []bool
+	count []int
+	frag  []float64
+	// fs is, per entry of list, its free capacity; ends, per group, the sums with the scored card
+	// added before and after; fits, per counted class, whether the node's CPU and memory hold it
+	// with the pod's (for fitsHost and fitsPod; fitsOK false: not computed since prepare built).
+	fs       []float64
+	ends     []groupEnds
+	fits     []bool
+	fitsOK   bool
+	fitsHost HostState
+	fitsPod  HostRequest
 
 	// The first buffers of the slices above, so that a fragState new to a node of up to
 	// fragStackCards cards and a mix of up to fragStackGroups groups allocates nothing more.
-	bufViews                      [2 * fragStackCards]cardView
-	bufUsage                      [fragStackCards]Usage
-	bufHost                       [2 * fragStackCards]uint64
-	bufN, bufAt                   [2 * fragStackCards]int
-	bufOf, bufFirst               [fragStackCards]int
-	bufMemo                       [fragStackCards]cardMemo
-	bufList                       [fragStackCards]viewCount
-	bufCount                      [fragStackGroups]int
-	bufFrag                       [fragStackGroups]float64
-	bufHostsBefore, bufHostsAfter [fragStackGroups]bool
+	bufViews        [2 * fragStackCards]cardView
+	bufUsage        [fragStackCards]Usage
+	bufHost         [2 * fragStackCards]uint64
+	bufN, bufAt     [2 * fragStackCards]int
+	bufOf, bufFirst [fragStackCards]int
+	bufMemo         [fragStackCards]cardMemo
+	bufList         [fragStackCards]viewCount
+	bufFS           [fragStackCards]float64
+	bufCount        [fragStackGroups]int
+	bufFrag         [fragStackGroups]float64
+	bufEnds         [fragStackGroups]groupEnds
+	bufFits         [2 * fragStackGroups]bool
+}
+
+// groupEnds are a group's sums (count and frag of fragState.sums) with the scored card added, in
+// its usage before and after.
+type groupEnds struct {
+	countBefore, countAfter int
+	fragBefore, fragAfter   float64
 }
 
 // fragStackCards and fragStackGroups size the buffers a fragState starts with; fragMoreViews and
@@ -337,20 +374,23 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 		s.views, s.usage, s.host, s.n, s.of, s.at = s.bufViews[:0], s.bufUsage[:0], s.bufHost[:0], s.bufN[:0], s.bufOf[:0], s.bufAt[:0]
 		s.list, s.count, s.frag = s.bufList[:0], s.bufCount[:0], s.bufFrag[:0]
 		s.first, s.memo = s.bufFirst[:0], s.bufMemo[:0]
-		s.hostsBefore, s.hostsAfter = s.bufHostsBefore[:0], s.bufHostsAfter[:0]
+		s.fs, s.ends, s.fits = s.bufFS[:0], s.bufEnds[:0], s.bufFits[:0]
 	}
 	s.node, s.mix, s.total, s.classes = n, m, m.Total, len(m.Classes)
 	s.idx = m.fragIndex(&s.own)
 	groups := len(s.idx.groups)
 	s.words = (groups + 63) / 64
 	s.count, s.frag = resize(s.count, groups), resize(s.frag, groups)
-	s.hostsBefore, s.hostsAfter = resize(s.hostsBefore, groups), resize(s.hostsAfter, groups)
+	s.ends, s.fitsOK = resize(s.ends, groups), false
 	s.usage, s.views, s.host, s.n, s.of = s.usage[:0], s.views[:0], s.host[:0], s.n[:0], s.of[:0]
 	s.list, s.at, s.first, s.memo = s.list[:0], s.at[:0], s.first[:0], s.memo[:0]
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		s.usage = append(s.usage, c.Usage)
-		k := s.find(c, c.Usage)
+		k := s.sameAsEarlier(c)
+		if k < 0 {
+			k = s.find(c, c.Usage)
+		}
 		if k == len(s.first) {
 			s.first = append(s.first, i)
 		}
@@ -358,6 +398,18 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 		s.of = append(s.of, k)
 	}
 	s.nodeViews = len(s.views)
+}
+
+// sameAsEarlier returns the view of an earlier card of the node (the first of a view) of the same
+// kind as card c in the same usage, whose view c's is; -1 when there is none.
+func (s *fragState) sameAsEarlier(c *Card) int {
+	for k, i := range s.first {
+		e := &s.node.Cards[i]
+		if e.Usage == c.Usage && e.MemoryMiB == c.MemoryMiB && e.Shares == c.Shares && e.Healthy == c.Healthy && e.modelLower == c.modelLower {
+			return k
+		}
+	}
+	return -1
 }
 
 // find returns the view of card c in usage u, adding it when it is new.
@@ -425,22 +477,38 @@ func (s *fragState) listAfter(in *NodeInput) {
 // do not (frag), each sum taken in list order.
 func (s *fragState) sums() float64 {
 	total := 0.0
+	s.fs = s.fs[:0]
 	for _, e := range s.list {
-		total += s.views[e.view].free * float64(e.n)
+		f := s.views[e.view].free * float64(e.n)
+		s.fs = append(s.fs, f)
+		total += f
 	}
 	for g := range s.count {
 		count, frag := 0, 0.0
 		word, bit := g/64, uint64(1)<<(g%64)
-		for _, e := range s.list {
+		for i, e := range s.list {
 			if s.host[e.view*s.words+word]&bit != 0 {
 				count += e.n
 			} else {
-				frag += s.views[e.view].free * float64(e.n)
+				frag += s.fs[i]
 			}
 		}
 		s.count[g], s.frag[g] = count, frag
 	}
 	return total
+}
+
+// hostFits returns, per counted class, whether node CPU and memory h hold it with the pod's.
+func (s *fragState) hostFits(h *HostState, pod HostRequest) []bool {
+	if !s.fitsOK || s.fitsHost != *h || s.fitsPod != pod {
+		s.fits = s.fits[:0]
+		for i := range s.idx.active {
+			t := &s.idx.active[i]
+			s.fits = append(s.fits, h.Fits(t.cpu, t.mem, pod))
+		}
+		s.fitsOK, s.fitsHost, s.fitsPod = true, *h, pod
+	}
+	return s.fits
 }
 
 // expected is F(M) of the listed cards, in cards, on a node with host resources h less extra.
@@ -460,21 +528,6 @@ func (s *fragState) expected(h *HostState, extra HostRequest) float64 {
 		return 0
 	}
 	return sum / weight
-}
-
-// finishFrag adds one more card (free capacity free, hosting the class or not) to a group's sums
-// and returns F of a class of cards cards per container.
-func finishFrag(cards, count int, frag, total, free float64, hosts bool) float64 {
-	total += free
-	if hosts {
-		count++
-	} else {
-		frag += free
-	}
-	if count < cards {
-		return total
-	}
-	return frag
 }
 
 // cardView is what fragmentation needs of one card in one usage.
