@@ -44,12 +44,14 @@ import (
 // Cost: the mix keeps the classes that count, grouped by what a card needs to host one of their
 // devices (fragIndex: classes that differ only in card count or host CPU and memory host alike),
 // rebuilt by TaskMix.Add, so scoring never looks at the others. Per node, the distinct card states
-// and which groups each one hosts are found once per Fit and reused by every card score and by the
-// node score after it (fragState, kept in the Scratch); a card score is then one walk over the
-// node's distinct states per group, two host checks per group and one pass over the counted classes,
-// and the node score the same before and after the plan. The sums are taken in the order of a walk
-// over every class and card view, so every score is the same to the bit. No allocation per node once
-// the Scratch's buffers have grown (Pod.Fit and Pod.Score, without a Scratch, allocate them).
+// and which groups each one hosts are found once per Fit and kept for every card score and for the
+// node score after it (fragState, in the Scratch). A card score is then one walk per group over
+// the other cards' distinct states and one pass over the counted classes, and cards alike (same
+// state, same usage before and after) share one; the node score is the same walk and pass before
+// and after the plan. The sums are taken in the order of the walk over every class and card view
+// the policy was first written as (kept in fragaware_oracle_test.go), so every score is the same to
+// the bit. No allocation per node once the Scratch's buffers have grown; Pod.Fit and Pod.Score,
+// without a Scratch, allocate a fragState each.
 
 func init() {
 	// Self-registration, at initialisation only (strategy.go names these two for PolicyFragAware).
@@ -127,7 +129,7 @@ func fragAwareCard(in *CardInput) float64 {
 	}
 	free := s.sums()
 	// The card before and after, as views of the table (whose hosting bits are known).
-	kb := -1
+	var kb int
 	if key.view >= 0 && in.Before == in.Card.Usage {
 		kb = key.view
 	} else {
