@@ -299,13 +299,10 @@ type fragState struct {
 	frag  []float64
 	// fs is, per entry of list, its free capacity; ends, per group, the sums with the scored card
 	// added before and after; fits, per counted class, whether the node's CPU and memory hold it
-	// with the pod's (for fitsHost and fitsPod; fitsOK false: not computed since prepare built).
-	fs       []float64
-	ends     []groupEnds
-	fits     []bool
-	fitsOK   bool
-	fitsHost HostState
-	fitsPod  HostRequest
+	// with a pod's, for two node and pod pairs (the node score asks with and without the pod).
+	fs   []float64
+	ends []groupEnds
+	fits [2]hostFits
 
 	// The first buffers of the slices above, so that a fragState new to a node of up to
 	// fragStackCards cards and a mix of up to fragStackGroups groups allocates nothing more.
@@ -320,7 +317,17 @@ type fragState struct {
 	bufCount        [fragStackGroups]int
 	bufFrag         [fragStackGroups]float64
 	bufEnds         [fragStackGroups]groupEnds
-	bufFits         [2 * fragStackGroups]bool
+	bufFits         [2][2 * fragStackGroups]bool
+}
+
+// hostFits is, per counted class, whether a node's CPU and memory (host) hold it with a pod's (pod);
+// ok is false until computed since fragState.prepare built the state.
+type hostFits struct {
+	ok   bool
+	last bool // the last one filled of fragState.fits
+	host HostState
+	pod  HostRequest
+	fits []bool
 }
 
 // groupEnds are a group's sums (count and frag of fragState.sums) with the scored card added, in
@@ -376,14 +383,14 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 		s.views, s.usage, s.host, s.n, s.of, s.at = s.bufViews[:0], s.bufUsage[:0], s.bufHost[:0], s.bufN[:0], s.bufOf[:0], s.bufAt[:0]
 		s.list, s.count, s.frag = s.bufList[:0], s.bufCount[:0], s.bufFrag[:0]
 		s.first, s.memo = s.bufFirst[:0], s.bufMemo[:0]
-		s.fs, s.ends, s.fits = s.bufFS[:0], s.bufEnds[:0], s.bufFits[:0]
+		s.fs, s.ends, s.fits[0].fits, s.fits[1].fits = s.bufFS[:0], s.bufEnds[:0], s.bufFits[0][:0], s.bufFits[1][:0]
 	}
 	s.node, s.mix, s.total, s.classes = n, m, m.Total, len(m.Classes)
 	s.idx = m.fragIndex(&s.own)
 	groups := len(s.idx.groups)
 	s.words = (groups + 63) / 64
 	s.count, s.frag = resize(s.count, groups), resize(s.frag, groups)
-	s.ends, s.fitsOK = resize(s.ends, groups), false
+	s.ends, s.fits[0].ok, s.fits[1].ok = resize(s.ends, groups), false, false
 	s.usage, s.views, s.host, s.n, s.of = s.usage[:0], s.views[:0], s.host[:0], s.n[:0], s.of[:0]
 	s.list, s.at, s.first, s.memo = s.list[:0], s.at[:0], s.first[:0], s.memo[:0]
 	for i := range n.Cards {
@@ -502,25 +509,34 @@ func (s *fragState) sums() float64 {
 
 // hostFits returns, per counted class, whether node CPU and memory h hold it with the pod's.
 func (s *fragState) hostFits(h *HostState, pod HostRequest) []bool {
-	if !s.fitsOK || s.fitsHost != *h || s.fitsPod != pod {
-		s.fits = s.fits[:0]
-		for i := range s.idx.active {
-			t := &s.idx.active[i]
-			s.fits = append(s.fits, h.Fits(t.cpu, t.mem, pod))
+	for i := range s.fits {
+		if f := &s.fits[i]; f.ok && f.host == *h && f.pod == pod {
+			return f.fits
 		}
-		s.fitsOK, s.fitsHost, s.fitsPod = true, *h, pod
 	}
-	return s.fits
+	// Fill the one not filled last.
+	f := &s.fits[0]
+	if f.last {
+		f = &s.fits[1]
+	}
+	s.fits[0].last, s.fits[1].last = false, false
+	f.ok, f.last, f.host, f.pod, f.fits = true, true, *h, pod, f.fits[:0]
+	for i := range s.idx.active {
+		t := &s.idx.active[i]
+		f.fits = append(f.fits, h.Fits(t.cpu, t.mem, pod))
+	}
+	return f.fits
 }
 
 // expected is F(M) of the listed cards, in cards, on a node with host resources h less extra.
 func (s *fragState) expected(h *HostState, extra HostRequest) float64 {
 	total := s.sums()
+	fits := s.hostFits(h, extra)
 	sum, weight := 0.0, 0.0
 	for i := range s.idx.active {
 		t := &s.idx.active[i]
 		weight += t.weight
-		if s.count[t.group] < t.cards || !h.Fits(t.cpu, t.mem, extra) {
+		if s.count[t.group] < t.cards || !fits[i] {
 			sum += t.weight * total
 		} else {
 			sum += t.weight * s.frag[t.group]

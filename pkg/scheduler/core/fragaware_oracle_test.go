@@ -262,6 +262,18 @@ func TestFragAwareMatchesOracle(t *testing.T) {
 				t.Fatalf("iter %d: node score (no Scratch) %v, oracle %v", iter, got, want)
 			}
 			plans++
+			// The node's CPU and memory change, its cards do not: what the Scratch keeps must follow.
+			if n.Host.Known() {
+				n.HoldHost(HostRequest{CPUMilli: 2000, MemMiB: 4096})
+				if got, want := p.ScoreWith(n, plan, mix, &s), old.Score(n, planOld, mix); !same(got, want) {
+					t.Fatalf("iter %d: node score after HoldHost %v, oracle %v", iter, got, want)
+				}
+				c := &n.Cards[plan.Devices[0].Card]
+				in := CardInput{Node: n, Card: c, Before: c.Usage, After: plan.After(n, plan.Devices[0].Card), Mix: mix, Host: host, frag: &st}
+				if got, want := fragAwareCard(&in), oracleFragAwareCard(&in); !same(got, want) {
+					t.Fatalf("iter %d: card score after HoldHost %v, oracle %v", iter, got, want)
+				}
+			}
 		}
 	}
 	t.Logf("%d nodes, %d card scores, %d plans", nodes, cards, plans)
