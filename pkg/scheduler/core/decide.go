@@ -362,6 +362,7 @@ func (p *Pod) Fit(n *NodeState, mix *TaskMix) (*Plan, *Reason) {
 func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	f := &s.f
 	f.pod, f.node, f.mix = p, n, mix
+	f.frag.fit++
 	f.plan0.Host = p.Host
 	f.plan = &f.plan0
 	f.allow = nil

@@ -86,7 +86,7 @@ func fragAwareNode(in *NodeInput) float64 {
 		return binpackNode(in)
 	}
 	s := in.frag.get()
-	s.prepare(in.Node, in.Mix)
+	s.prepare(in.Node, in.Mix, 0)
 	// Cards the plan does not touch appear alike before and after, so they cancel in ΔF exactly.
 	s.listNode()
 	before := s.expected(&in.Node.Host, HostRequest{})
@@ -108,7 +108,7 @@ func fragAwareCard(in *CardInput) float64 {
 		return binpackCard(in)
 	}
 	s := in.frag.get()
-	s.prepare(in.Node, in.Mix)
+	s.prepare(in.Node, in.Mix, in.frag.fitOf())
 	tie := fragTieBreak * in.Card.Utilization(in.After)
 	key, memo := s.memoKey(in)
 	if memo {
@@ -268,6 +268,7 @@ func sameHosting(a, b *TaskClass) bool {
 type fragState struct {
 	node    *NodeState
 	mix     *TaskMix
+	fit     uint64  // the Fit call (fragKeep.fit) that last checked the cards' usage; 0: none
 	total   float64 // mix.Total and len(mix.Classes) when built
 	classes int
 	usage   []Usage // the cards' usage when built
@@ -348,8 +349,20 @@ const (
 
 type viewCount struct{ view, n int }
 
-// fragKeep holds a fragState for a Scratch, made on first use so that other policies do not pay for it.
-type fragKeep struct{ s *fragState }
+// fragKeep holds a fragState for a Scratch, made on first use so that other policies do not pay for
+// it. fit counts the Scratch's Fit calls: within one, the node does not change.
+type fragKeep struct {
+	s   *fragState
+	fit uint64
+}
+
+// fitOf returns the Fit call the card scores come from, 0 when not known (nothing kept).
+func (k *fragKeep) fitOf() uint64 {
+	if k == nil {
+		return 0
+	}
+	return k.fit
+}
 
 // get returns the kept fragState, or a new one when k is nil (nothing kept).
 func (k *fragKeep) get() *fragState {
@@ -362,12 +375,16 @@ func (k *fragKeep) get() *fragState {
 	return k.s
 }
 
-// prepare makes s describe node n under mix m.
-func (s *fragState) prepare(n *NodeState, m *TaskMix) {
+// prepare makes s describe node n under mix m. fit, when not 0, is the Fit call asking: the cards'
+// usage was checked already when an earlier call of the same Fit was for the same node.
+func (s *fragState) prepare(n *NodeState, m *TaskMix, fit uint64) {
 	// Views met after the node's own (plans, cards before and after a device) stay until a rebuild,
 	// at most fragMoreViews of them.
 	if s.node == n && s.mix == m && s.total == m.Total && s.classes == len(m.Classes) && len(s.usage) == len(n.Cards) &&
 		len(s.views) <= s.nodeViews+fragMoreViews {
+		if fit != 0 && fit == s.fit {
+			return
+		}
 		same := true
 		for i := range n.Cards {
 			if n.Cards[i].Usage != s.usage[i] {
@@ -376,9 +393,11 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 			}
 		}
 		if same {
+			s.fit = fit
 			return
 		}
 	}
+	s.fit = fit
 	if s.views == nil {
 		s.views, s.usage, s.host, s.n, s.of, s.at = s.bufViews[:0], s.bufUsage[:0], s.bufHost[:0], s.bufN[:0], s.bufOf[:0], s.bufAt[:0]
 		s.list, s.count, s.frag = s.bufList[:0], s.bufCount[:0], s.bufFrag[:0]
@@ -396,7 +415,7 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		s.usage = append(s.usage, c.Usage)
-		k := s.sameAsEarlier(c)
+		k := s.sameAsPrevious(i)
 		if k < 0 {
 			k = s.find(c, c.Usage)
 		}
@@ -409,14 +428,15 @@ func (s *fragState) prepare(n *NodeState, m *TaskMix) {
 	s.nodeViews = len(s.views)
 }
 
-// sameAsEarlier returns the view of an earlier card of the node (the first of a view) of the same
-// kind as card c in the same usage, whose view c's is; -1 when there is none.
-func (s *fragState) sameAsEarlier(c *Card) int {
-	for k, i := range s.first {
-		e := &s.node.Cards[i]
-		if e.Usage == c.Usage && e.MemoryMiB == c.MemoryMiB && e.Shares == c.Shares && e.Healthy == c.Healthy && e.modelLower == c.modelLower {
-			return k
-		}
+// sameAsPrevious returns the view of card i−1 when card i is of the same kind and in the same
+// usage (then its view is the same), else -1.
+func (s *fragState) sameAsPrevious(i int) int {
+	if i == 0 {
+		return -1
+	}
+	c, e := &s.node.Cards[i], &s.node.Cards[i-1]
+	if e.Usage == c.Usage && e.MemoryMiB == c.MemoryMiB && e.Shares == c.Shares && e.Healthy == c.Healthy && e.modelLower == c.modelLower {
+		return s.of[i-1]
 	}
 	return -1
 }

@@ -274,6 +274,21 @@ func TestFragAwareMatchesOracle(t *testing.T) {
 					t.Fatalf("iter %d: card score after HoldHost %v, oracle %v", iter, got, want)
 				}
 			}
+			// The pod is placed; the next one on the same node, with the same Scratch, sees it.
+			n.Apply(plan)
+			planOld, rOld = old.Fit(n, mix)
+			plan, r = p.FitWith(n, mix, &s)
+			if (r == nil) != (rOld == nil) {
+				t.Fatalf("iter %d: second fit %v, oracle %v", iter, r, rOld)
+			}
+			if r == nil {
+				if diff := cmp.Diff(planOld.Devices, plan.Devices); diff != "" {
+					t.Fatalf("iter %d node %v: second plan (-oracle +got):\n%s", iter, n.Cards, diff)
+				}
+				if got, want := p.ScoreWith(n, plan, mix, &s), old.Score(n, planOld, mix); !same(got, want) {
+					t.Fatalf("iter %d: second node score %v, oracle %v", iter, got, want)
+				}
+			}
 		}
 	}
 	t.Logf("%d nodes, %d card scores, %d plans", nodes, cards, plans)

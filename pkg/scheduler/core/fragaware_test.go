@@ -87,7 +87,7 @@ func faPlace(t *testing.T, policy annotations.Policy, req annotations.ContainerR
 // faExpectedFrag is F(M) of node n's cards as they are, host resources ignored.
 func faExpectedFrag(n *NodeState, mix *TaskMix) float64 {
 	var s fragState
-	s.prepare(n, mix)
+	s.prepare(n, mix, 0)
 	s.listNode()
 	return s.expected(&HostState{}, HostRequest{})
 }
