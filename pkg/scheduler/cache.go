@@ -545,9 +545,13 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 	// same positions on every node of one key.
 	byKey := p.Selector.UseUUIDs == nil && p.Selector.NoUseUUIDs == nil
 	withHost := readsHost(p)
-	var seen map[uint64]*nodeEntry
-	var seenVerdict map[uint64]Verdict
-	var seenCards map[uint64][]int
+	// seen holds, by node key, the first node decided in each state: its verdict and plan's cards.
+	type decided struct {
+		rep   *nodeEntry
+		v     Verdict
+		cards []int
+	}
+	var seen map[uint64]decided
 	var flat, tmp []int
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -574,9 +578,8 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			var cards []int
 			hit := false
 			if share {
-				if rep, found := seen[k]; found && rep.key == n.key && (!withHost || rep.state.Host == n.state.Host) {
-					known := seenVerdict[k]
-					v.Score, v.Reason, cards, hit = known.Score, known.Reason, seenCards[k], true
+				if d, found := seen[k]; found && d.rep.key == n.key && (!withHost || d.rep.state.Host == n.state.Host) {
+					v.Score, v.Reason, cards, hit = d.v.Score, d.v.Reason, d.cards, true
 				}
 			}
 			if !hit {
@@ -602,9 +605,11 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 				}
 				if store {
 					if seen == nil {
-						seen, seenVerdict, seenCards = map[uint64]*nodeEntry{}, map[uint64]Verdict{}, map[uint64][]int{}
+						// Sized for every name: distinct states (shared cards used node by node)
+						// store one entry each, and a growing map rehashes.
+						seen = make(map[uint64]decided, len(names))
 					}
-					seen[k], seenVerdict[k], seenCards[k] = n, v, cards
+					seen[k] = decided{rep: n, v: v, cards: cards}
 				}
 			}
 			if v.Reason == nil {
