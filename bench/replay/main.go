@@ -53,6 +53,7 @@ func run() error {
 	shares := fs.Int("shares", 0, "device IDs per card (annotations.GPU.Shares); 0 picks floor(1000 / smallest fractional gpu_milli), which never limits before memory and compute")
 	ignoreHost := fs.Bool("ignore-host", false, "diagnostic, not the protocol: let every pod fit every node's CPU and memory, to see what the GPU placement alone achieves")
 	coreHost := fs.Bool("core-host", true, "give the core the nodes' and pods' CPU and memory (NodeState.Host, Pod.Host, the mix's classes); false hides them from it as before it knew them (the replay still checks them)")
+	why := fs.Bool("why", false, "diagnostic: after the table, per run, the GPU pods that fit nowhere by kind (cpu, frac, 1, 2, 4, 8 cards; +spec when they name models) and reason (no node had the cards; some had the cards but not the CPU or memory), and where the free GPUs sit at the end by node size")
 	parallel := fs.Int("parallel", 0, "seeds replayed at once; 0 means GOMAXPROCS")
 	format := fs.String("format", string(sim.FormatText), `output: "text" (aligned table) or "markdown"`)
 	perSeed := fs.Bool("per-seed", false, "also print one line per seed")
@@ -97,7 +98,7 @@ func run() error {
 			Seeds: seedList, Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods),
 			Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit), KubeWeight: *kubeWeight, KubeResourceScores: *kubeResources,
 			Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
-			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost,
+			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost, Why: *why,
 		},
 		Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
 	}, os.Stdout)

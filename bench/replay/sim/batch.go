@@ -166,6 +166,11 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 		for _, l := range lines {
 			fmt.Fprintf(out, "| %s |\n", strings.Join(l, " | "))
 		}
+		if c.Replay.Why {
+			for _, r := range rows {
+				printWhy(out, r.pods, r.res)
+			}
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -173,7 +178,15 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 	for _, l := range lines {
 		fmt.Fprintln(tw, strings.Join(l, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if c.Replay.Why {
+		for _, r := range rows {
+			printWhy(out, r.pods, r.res)
+		}
+	}
+	return nil
 }
 
 // traceName shortens a pod-list path to the trace's variant, e.g. "default" for
