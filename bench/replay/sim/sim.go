@@ -288,8 +288,8 @@ type simNode struct {
 	usedMilli []int64
 	// cpuPodMilli is the CPU held by CPU-only pods (for Config.Why).
 	cpuPodMilli int64
-	state     *core.NodeState
-	group     int
+	state       *core.NodeState
+	group       int
 	// ignoreHost is Config.IgnoreHost.
 	ignoreHost bool
 }
