@@ -16,7 +16,9 @@ import (
 //     there at all and every free card fraction counts: F(m) = Σ free;
 //   - the same when the node's known CPU or memory (NodeState.Host) cannot hold m's pod
 //     (TaskClass.HostCPUMilli, HostMemMiB): m cannot run there, F(m) = Σ free;
-//   - otherwise only the cards that cannot host a device of m count: F(m) = Σ free over those.
+//   - otherwise only the cards that cannot host a device of m count: F(m) = Σ free over those;
+//   - and, for a whole-card m, at least the free cards beyond what the node's CPU and memory can
+//     feed: F(m) ≥ Σ free − (pods of m the free CPU and memory hold) × m.Cards (hostCapacity).
 //
 // A card hosts a device of m when the card's model passes m's use-gputype, nobody holds it whole,
 // and: for a whole-card m, nothing is held on it; for a shared m, it has a free device ID and the
@@ -34,7 +36,8 @@ import (
 // Equal ΔF: see fragTieBreak.
 //
 // Host resources: as FGD does, a node's free GPUs all count as fragmented for a task the node lacks
-// CPU or memory for. The node score compares the node's CPU and memory before and after the pod
+// CPU or memory for; for whole-card tasks, so do the free cards the node's CPU and memory cannot
+// feed (hostCapacity), which keeps CPU-hungry pods off nodes whose CPU the free cards need. The node score compares the node's CPU and memory before and after the pod
 // (Plan.Host); the card score sees them after the pod (the same for every card of the node). When
 // the node's CPU and memory are unknown (NodeState.Host zero) or the mix carries none (TaskMix.Add
 // without host), they keep no class out and the policy measures GPU fragmentation only. Without a
@@ -126,13 +129,14 @@ func fragAwareCard(in *CardInput) float64 {
 		}
 		total += t.Weight
 		count, frag, free := classFrag(views, t)
-		if !t.HostFits(&in.Node.Host, in.Host) {
+		hostCap := hostCapacity(t, &in.Node.Host, in.Host)
+		if hostCap <= 0 {
 			// The class cannot run on the node once the pod is there: all free capacity counts.
 			delta += t.Weight * (a.free - b.free)
 			continue
 		}
-		fb := finishFrag(t, count, frag, free, &b)
-		fa := finishFrag(t, count, frag, free, &a)
+		fb := finishFrag(t, count, frag, free, hostCap, &b)
+		fa := finishFrag(t, count, frag, free, hostCap, &a)
 		delta += t.Weight * (fa - fb)
 	}
 	return -delta/total + fragTieBreak*in.Card.Utilization(in.After)
@@ -217,18 +221,16 @@ func classFrag(views []cardView, t *TaskClass) (count int, frag, total float64) 
 	return count, frag, total
 }
 
-// finishFrag adds one more card (view v) to the sums of classFrag and returns F(t).
-func finishFrag(t *TaskClass, count int, frag, total float64, v *cardView) float64 {
+// finishFrag adds one more card (view v) to the sums of classFrag and returns F(t), the class's
+// host capacity being hostCap (hostCapacity).
+func finishFrag(t *TaskClass, count int, frag, total, hostCap float64, v *cardView) float64 {
 	total += v.free
 	if v.hosts(t) {
 		count++
 	} else {
 		frag += v.free
 	}
-	if count < t.Cards {
-		return total
-	}
-	return frag
+	return fragOf(t, count, frag, total, hostCap)
 }
 
 // expectedFrag is F(M) of the cards in views, in cards, host resources unknown.
@@ -247,11 +249,7 @@ func expectedFragHost(views []cardView, mix *TaskMix, h *HostState, extra HostRe
 		}
 		weight += t.Weight
 		count, frag, total := classFrag(views, t)
-		if count < t.Cards || !t.HostFits(h, extra) {
-			sum += t.Weight * total
-		} else {
-			sum += t.Weight * frag
-		}
+		sum += t.Weight * fragOf(t, count, frag, total, hostCapacity(t, h, extra))
 	}
 	if weight == 0 {
 		return 0
