@@ -37,8 +37,8 @@ import (
 //
 // Host resources: as FGD does, a node's free GPUs all count as fragmented for a task the node lacks
 // CPU or memory for; for whole-card tasks, so do the free cards the node's CPU and memory cannot
-// feed (hostCapacity), which keeps CPU-hungry pods off nodes whose CPU the free cards need. The node score compares the node's CPU and memory before and after the pod
-// (Plan.Host); the card score sees them after the pod (the same for every card of the node). When
+// feed (hostCapacity), which keeps CPU-hungry pods off nodes whose CPU the free cards need. The
+// node score compares the node's CPU and memory before and after the pod (Plan.Host); the card score sees them after the pod (the same for every card of the node). When
 // the node's CPU and memory are unknown (NodeState.Host zero) or the mix carries none (TaskMix.Add
 // without host), they keep no class out and the policy measures GPU fragmentation only. Without a
 // mix (nothing seen yet) both fall back to binpack.
