@@ -151,7 +151,7 @@ func (r *replay) hostBlocked(n *simNode) bool {
 	if n.ignoreHost {
 		return false
 	}
-	any := false
+	some := false
 	for i := range r.specs {
 		p := r.specs[i].row
 		if p.NumGPU == 0 || !n.cardsFit(p) {
@@ -160,9 +160,9 @@ func (r *replay) hostBlocked(n *simNode) bool {
 		if n.fitsHost(p) {
 			return false
 		}
-		any = true
+		some = true
 	}
-	return any
+	return some
 }
 
 // mergeWhy sums the seeds' diagnostics.
