@@ -298,8 +298,9 @@ func (b *bed) extenderConfig(wrap func(http.RoundTripper) http.RoundTripper) *re
 }
 
 // startExtender runs Cardinal's extender in-process, as the binary would (same Run, its default
-// client rate limits), and returns its URL once its caches have synced.
-func (b *bed) startExtender(t cluster.TB, wrap func(http.RoundTripper) http.RoundTripper) string {
+// client rate limits), and returns its URL once its caches have synced. tune, when set, changes
+// the binary's defaults first.
+func (b *bed) startExtender(t cluster.TB, wrap func(http.RoundTripper) http.RoundTripper, tune func(*scheduler.Config)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -307,6 +308,9 @@ func (b *bed) startExtender(t cluster.TB, wrap func(http.RoundTripper) http.Roun
 	}
 	cfg := scheduler.DefaultConfig()
 	cfg.Listener, cfg.RESTConfig = ln, b.extenderConfig(wrap)
+	if tune != nil {
+		tune(&cfg)
+	}
 	url := "http://" + ln.Addr().String()
 	b.goRun(t, "extender", func(ctx context.Context) error { return scheduler.Run(ctx, cfg) })
 	cluster.WaitFor(t, readyTimeout, "the extender's caches to sync", func() (bool, error) { return httpOK(url + "/readyz"), nil })
@@ -360,9 +364,10 @@ func (k *kubeScheduler) profile(path string, d time.Duration) error {
 // scheduling work, as kube-scheduler's own scheduler_perf does.
 const schedulerClientQPS = 5000
 
-// chartSchedulerConfig renders charts/cardinal's KubeSchedulerConfiguration with the extender at
+// chartSchedulerConfig renders charts/cardinal's KubeSchedulerConfiguration (with the helm --set
+// values set, if any) with the extender at
 // url, through helm template, so the scenarios run what the chart installs.
-func chartSchedulerConfig(t cluster.TB, extenderURL string) map[string]any {
+func chartSchedulerConfig(t cluster.TB, extenderURL string, set ...string) map[string]any {
 	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
@@ -373,6 +378,9 @@ func chartSchedulerConfig(t cluster.TB, extenderURL string) map[string]any {
 		"--kube-version", "v1.34.4", "--namespace", cardinalNS,
 		"--show-only", "templates/scheduler/configmap.yaml",
 		"--set", "scheduler.extender.urlPrefix="+extenderURL)
+	for _, v := range set {
+		cmd.Args = append(cmd.Args, "--set", v)
+	}
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
 	out, err := cmd.Output()
 	if err != nil {

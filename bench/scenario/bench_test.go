@@ -12,6 +12,11 @@ var (
 	s6WindowFlag = flag.Duration("s6-window", 0, "S6's steady-state window; 0 keeps the size's")
 	s2ProfileDir = flag.String("s2-profile-dir", "", "when set, S2 writes a CPU profile of each phase's kube-scheduler here")
 	s2ProfileFor = flag.Duration("s2-profile-for", 20*time.Second, "how long S2 profiles each kube-scheduler, from its start")
+	s2Shortlist  = flag.Int("s2-shortlist", -1, "S2's extender --filter-shortlist; negative keeps the extender's default")
+	s2Percent    = flag.Int("s2-score-percent", -1, "S2's percentageOfNodesToScore (0: adaptive); negative keeps the chart's")
+	s2PlainPct   = flag.Int("s2-plain-score-percent", 0, "plain kube-scheduler's percentageOfNodesToScore in S2; 0 keeps its adaptive default")
+	s2Nodes      = flag.Int("s2-nodes", 0, "S2's node count; 0 keeps the size's")
+	s2Pods       = flag.Int("s2-pods", 0, "S2's pod count; 0 keeps the size's")
 )
 
 func params(b *testing.B) Params {
@@ -24,6 +29,13 @@ func params(b *testing.B) Params {
 		p.S6.Window = *s6WindowFlag
 	}
 	p.S2.ProfileDir, p.S2.ProfileFor = *s2ProfileDir, *s2ProfileFor
+	p.S2.Shortlist, p.S2.ScorePercent, p.S2.PlainScorePercent = *s2Shortlist, *s2Percent, *s2PlainPct
+	if *s2Nodes > 0 {
+		p.S2.Nodes = *s2Nodes
+	}
+	if *s2Pods > 0 {
+		p.S2.Pods = *s2Pods
+	}
 	return p
 }
 

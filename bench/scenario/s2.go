@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler"
 	"github.com/cardinal-gpu/cardinal/test/cluster"
 )
 
@@ -22,10 +24,19 @@ type S2Config struct {
 	CreateWorkers int
 	// Idle is how long a phase waits without a new binding before it gives up.
 	Idle time.Duration
-	// ProfileDir, when set, receives a CPU profile of each phase's kube-scheduler over its first
-	// ProfileFor (kube-scheduler-<phase>.pprof; symbolize with the pinned kube-scheduler binary).
+	// ProfileDir, when set, receives a CPU profile of each phase's kube-scheduler and kube-apiserver
+	// over the phase's first ProfileFor (kube-scheduler-<phase>.pprof, kube-apiserver-<phase>.pprof;
+	// symbolize with the pinned binaries).
 	ProfileDir string
 	ProfileFor time.Duration
+	// Shortlist, when not negative, is the extender's --filter-shortlist (else its default).
+	Shortlist int
+	// ScorePercent, when not negative, is the profile's percentageOfNodesToScore (0: kube-scheduler's
+	// adaptive default); else the chart's.
+	ScorePercent int
+	// PlainScorePercent, when positive, is plain kube-scheduler's percentageOfNodesToScore (else
+	// its adaptive default), to compare both at the chart's 100.
+	PlainScorePercent int
 }
 
 // S2Phase is one scheduler's run of S2.
@@ -80,13 +91,28 @@ func S2(t cluster.TB, cfg S2Config) S2Result {
 	defer w.stop()
 
 	var res S2Result
-	res.Plain = s2Phase(t, b, w, cfg, "plain", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-plain", nil) })
+	var plain map[string]any
+	if cfg.PlainScorePercent > 0 {
+		plain = map[string]any{"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+			"percentageOfNodesToScore": cfg.PlainScorePercent}
+	}
+	res.Plain = s2Phase(t, b, w, cfg, "plain", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-plain", plain) })
 	b.deletePods(t)
 	w.reset()
 
 	b.startWebhook(t)
-	url := b.startExtender(t, nil)
-	config := chartSchedulerConfig(t, url)
+	url := b.startExtender(t, nil, func(c *scheduler.Config) {
+		if cfg.Shortlist >= 0 {
+			c.FilterShortlist = cfg.Shortlist
+		}
+		t.Logf("S2 cardinal: --filter-shortlist=%d, percentageOfNodesToScore %d (-1: the chart's); plain %d (0: adaptive)",
+			c.FilterShortlist, cfg.ScorePercent, cfg.PlainScorePercent)
+	})
+	var set []string
+	if cfg.ScorePercent >= 0 {
+		set = append(set, "scheduler.percentageOfNodesToScore="+itoa(cfg.ScorePercent))
+	}
+	config := chartSchedulerConfig(t, url, set...)
 	res.Cardinal = s2Phase(t, b, w, cfg, "cardinal", func() *kubeScheduler { return b.startKubeScheduler(t, "kube-scheduler-cardinal", config) })
 	if res.Plain.PodsPerSecond > 0 {
 		res.Ratio = res.Cardinal.PodsPerSecond / res.Plain.PodsPerSecond
@@ -113,12 +139,16 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	started := time.Now()
 	ks := start()
 	cpu.add("kube-scheduler", ks.Pid())
-	profiled := make(chan error, 1)
+	profiled := make(chan error, 2)
 	if cfg.ProfileDir != "" {
 		go func() {
 			profiled <- ks.profile(filepath.Join(cfg.ProfileDir, "kube-scheduler-"+name+".pprof"), cfg.ProfileFor)
 		}()
+		go func() {
+			profiled <- b.profileAPIServer(filepath.Join(cfg.ProfileDir, "kube-apiserver-"+name+".pprof"), cfg.ProfileFor)
+		}()
 	} else {
+		profiled <- nil
 		profiled <- nil
 	}
 	ph.Bound = w.waitBound(cfg.Pods, cfg.Idle)
@@ -150,8 +180,10 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	for _, r := range []string{"scheduled", "unschedulable", "error"} {
 		ph.Attempts[r] = ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": r})
 	}
-	if err := <-profiled; err != nil {
-		t.Errorf("%s: kube-scheduler profile: %v", name, err)
+	for range 2 {
+		if err := <-profiled; err != nil {
+			t.Errorf("%s: profile: %v", name, err)
+		}
 	}
 	ks.Stop()
 	if ph.Bound < cfg.Pods {
@@ -161,6 +193,19 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	t.Logf("S2 %s: %d pods bound at %.1f pods/s (created in %s), all bound %s after start, attempt p50 %s p99 %s, algorithm p99 %s, attempts %v, CPU %v",
 		name, ph.Bound, ph.PodsPerSecond, ph.Create.Round(time.Millisecond), ph.AllBound.Round(time.Millisecond), ph.AttemptP50, ph.AttemptP99, ph.AlgorithmP99, ph.Attempts, ph.CPU)
 	return ph
+}
+
+// profileAPIServer writes a CPU profile of the next d of kube-apiserver to path (its
+// /debug/pprof, read with the admin client).
+func (b *bed) profileAPIServer(path string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	raw, err := b.fast.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", itoa(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver profile: %w", err)
+	}
+	return os.WriteFile(path, raw, 0o644)
 }
 
 // seconds turns a float of seconds into a duration; NaN is 0.

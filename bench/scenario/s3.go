@@ -54,7 +54,7 @@ func S3(t cluster.TB, cfg S3Config) S3Result {
 		t.Fatalf("nodes: %v", err)
 	}
 	b.startWebhook(t)
-	url := b.startExtender(t, nil)
+	url := b.startExtender(t, nil, nil)
 	b.startKubeScheduler(t, "kube-scheduler-cardinal", chartSchedulerConfig(t, url))
 	w, err := watchBindings(b.fast)
 	if err != nil {

@@ -132,7 +132,7 @@ func S6(t cluster.TB, cfg S6Config) S6Result {
 	}
 	counter := newWriteCounter()
 	b.startWebhook(t)
-	url := b.startExtender(t, counter.wrap)
+	url := b.startExtender(t, counter.wrap, nil)
 	b.startKubeScheduler(t, "kube-scheduler-cardinal", chartSchedulerConfig(t, url))
 	for i := range cfg.Plugins {
 		b.startPlugin(t, nodeName(i*stride), cfg.GPUsPerNode, counter)

@@ -31,19 +31,19 @@ func ParamsFor(s Size) (Params, error) {
 	switch s {
 	case SizeTiny:
 		return Params{
-			S2: S2Config{Nodes: 10, GPUsPerNode: 8, Pods: 20, CreateWorkers: 4, Idle: time.Minute},
+			S2: S2Config{Nodes: 10, GPUsPerNode: 8, Pods: 20, CreateWorkers: 4, Idle: time.Minute, Shortlist: -1, ScorePercent: -1},
 			S3: S3Config{Nodes: 2, GPUsPerNode: 8, Pods: 10, GPUsPerPod: 2, Idle: time.Minute},
 			S6: S6Config{Nodes: 4, GPUsPerNode: 8, Plugins: 2, Pods: 4, Settle: time.Second, Window: 2 * time.Second},
 		}, nil
 	case SizeSmall:
 		return Params{
-			S2: S2Config{Nodes: 100, GPUsPerNode: 8, Pods: 500, CreateWorkers: 32, Idle: time.Minute},
+			S2: S2Config{Nodes: 100, GPUsPerNode: 8, Pods: 500, CreateWorkers: 32, Idle: time.Minute, Shortlist: -1, ScorePercent: -1},
 			S3: s3,
 			S6: S6Config{Nodes: 100, GPUsPerNode: 8, Plugins: 5, Pods: 100, Settle: 5 * time.Second, Window: 30 * time.Second},
 		}, nil
 	case SizeFull:
 		return Params{
-			S2: S2Config{Nodes: 1000, GPUsPerNode: 8, Pods: 5000, CreateWorkers: 64, Idle: 2 * time.Minute},
+			S2: S2Config{Nodes: 1000, GPUsPerNode: 8, Pods: 5000, CreateWorkers: 64, Idle: 2 * time.Minute, Shortlist: -1, ScorePercent: -1},
 			S3: s3,
 			S6: S6Config{Nodes: 1000, GPUsPerNode: 8, Plugins: 50, Pods: 1000, Settle: 20 * time.Second, Window: 10 * time.Minute},
 		}, nil

@@ -46,6 +46,7 @@ func run() error {
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", scheduler.DefaultMaxBodyBytes, "largest request body accepted, in bytes")
 	fs.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "how long a bind's reservation waits for its pod to show up bound; then the pod is read back and, if still unbound or gone, its cards are freed")
 	fs.DurationVar(&cfg.BindWait, "bind-wait", cfg.BindWait, "how long a bind waits for a container in flight on its node to be allocated before it asks kube-scheduler to retry (keep below the extender httpTimeout; 0: never wait)")
+	fs.IntVar(&cfg.FilterShortlist, "filter-shortlist", cfg.FilterShortlist, "filter answers at most this many fitting nodes, the ones the policy ranks best (ties: lowest name first), for pods whose in-tree kube-scheduler scores cannot differ between nodes (no preferred pod affinity, ScheduleAnyway spread, Service/ReplicaSet/StatefulSet default spread, differing PreferNoSchedule taints or local images); with one node kube-scheduler skips scoring and prioritize. 0: every fitting node")
 	cfg.Resources.AddFlags(fs)
 	logOpts.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {

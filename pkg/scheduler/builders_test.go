@@ -129,6 +129,9 @@ type harnessOptions struct {
 	clock clock.PassiveClock
 	// bindWait is ServerOptions.BindWait.
 	bindWait time.Duration
+	// shortlist and services are ServerOptions.FilterShortlist and Services.
+	shortlist int
+	services  ServiceSelects
 }
 
 func newHarness(t testing.TB, o harnessOptions, objs ...runtime.Object) *harness {
@@ -171,7 +174,8 @@ func newHarness(t testing.TB, o harnessOptions, objs ...runtime.Object) *harness
 		return true, b, nil
 	})
 	h.srv = NewServer(cache, ServerOptions{Client: client, Decider: d, Names: annotations.DefaultResourceNames(),
-		Pods: &clientPods{client: client}, Recorder: h.recorder, Ready: o.ready, BindWait: o.bindWait})
+		Pods: &clientPods{client: client}, Recorder: h.recorder, Ready: o.ready, BindWait: o.bindWait,
+		FilterShortlist: o.shortlist, Services: o.services})
 	h.handler = h.srv.Handler()
 	return h
 }

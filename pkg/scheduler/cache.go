@@ -84,6 +84,11 @@ type nodeEntry struct {
 	gen uint64
 	// inFlight counts the in-flight containers of pods on the node.
 	inFlight int
+	// flightSame is true when every in-flight container on the node is managed, has a selector
+	// without card rules and asks what flightReq asks (summariseFlight): waits then answers a pod
+	// without card rules from these two fields, without walking the node's pods.
+	flightSame bool
+	flightReq  annotations.ContainerRequest
 	// key is appendKey of the cards (empty without state) and hash its hash: nodes with equal keys
 	// (and, for policies that read them, equal CPU and memory) are decided once per Evaluate.
 	key  string
@@ -92,6 +97,8 @@ type nodeEntry struct {
 	// state holds it too (it survives a new inventory).
 	host     core.HostRequest
 	hostPods int
+	// soft is what kube-scheduler's own score plugins read of the node (softNodeOf); nil for most.
+	soft *softNode
 }
 
 // Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
@@ -115,13 +122,18 @@ type Cache struct {
 	clock  clock.PassiveClock
 	// done is closed (and replaced) whenever a container stops being in flight; see InFlightDone.
 	done chan struct{}
+	// affinity holds the pod affinity terms of pods that kube-scheduler's InterPodAffinity scores
+	// other pods against, and softNodes counts nodes with a soft entry (the filter shortlist).
+	affinity  map[types.UID][]affinityTerm
+	softNodes int
 }
 
 // NewCache returns an empty cache.
 func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
 		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{},
-		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife}}
+		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife},
+		affinity: map[types.UID][]affinityTerm{}}
 }
 
 // MixHalfLife is the task mix's half-life in GPU containers: requests the cluster stopped making
@@ -157,10 +169,12 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	} else {
 		state = core.NewNodeState(node.Name, inv)
 	}
+	soft := softNodeOf(node)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.labels = node.Labels
+	c.setSoft(n, soft)
 	if state != nil && n.state != nil && sameCards(n.state, state) {
 		if h := &n.state.Host; h.AllocCPUMilli != cpu || h.AllocMemMiB != mem {
 			n.state.SetHost(cpu, mem)
@@ -203,6 +217,7 @@ func (c *Cache) DeleteNode(name string) {
 	defer c.mu.Unlock()
 	if n, ok := c.nodes[name]; ok {
 		n.state, n.reason = nil, &core.Reason{Kind: core.ReasonUnknownNode}
+		c.setSoft(n, nil)
 		if len(n.pods) == 0 && n.hostPods == 0 {
 			delete(c.nodes, name)
 		}
@@ -277,9 +292,11 @@ func boolByte(v bool) byte {
 func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	rec := c.recordOf(pod)
 	host, holds := hostOf(pod)
+	terms := affinityTermsOf(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.countMix(pod)
+	c.setAffinityTerms(pod.UID, terms)
 	old := c.pods[pod.UID]
 	if old != nil && old.reserved && pod.Spec.NodeName == "" && !finished(pod) {
 		return // bind is under way: keep the reservation
@@ -295,6 +312,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.replace(uid, c.pods[uid], nil)
 	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
+	delete(c.affinity, uid)
 }
 
 func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
@@ -303,6 +321,9 @@ func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
 			c.unapply(n, old)
 			n.inFlight -= len(old.inFlight)
 			delete(n.pods, uid)
+			if len(old.inFlight) > 0 {
+				summariseFlight(n)
+			}
 			c.bump(n)
 		}
 		delete(c.pods, uid)
@@ -315,6 +336,9 @@ func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
 		n := c.node(rec.node)
 		n.pods[uid] = rec
 		n.inFlight += len(rec.inFlight)
+		if len(rec.inFlight) > 0 {
+			summariseFlight(n)
+		}
 		c.pods[uid] = rec
 		c.apply(n, rec)
 		c.bump(n)
@@ -516,10 +540,15 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 	// policy that reads CPU and memory shares only between nodes with the same host state; the
 	// others share the cards' verdict between nodes whose CPU and memory hold the pod (a node that
 	// lacks them is refused by Fit before it looks at the cards, cheaply, and is never shared).
+	// Containers in flight do not change Fit's verdict, only whether the pod must wait (waits):
+	// that is checked on each node, with the cards of the shared plan (planCards), which name the
+	// same positions on every node of one key.
 	byKey := p.Selector.UseUUIDs == nil && p.Selector.NoUseUUIDs == nil
 	withHost := readsHost(p)
 	var seen map[uint64]*nodeEntry
 	var seenVerdict map[uint64]Verdict
+	var seenCards map[uint64][]int
+	var flat, tmp []int
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out = out[:0]
@@ -541,31 +570,48 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			if withHost {
 				k ^= hostHash(&n.state.Host)
 			}
-			share := byKey && n.inFlight == 0 && n.state.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, core.HostRequest{})
+			share := byKey && n.state.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, core.HostRequest{})
+			var cards []int
+			hit := false
 			if share {
-				if rep, hit := seen[k]; hit && rep.key == n.key && (!withHost || rep.state.Host == n.state.Host) {
+				if rep, found := seen[k]; found && rep.key == n.key && (!withHost || rep.state.Host == n.state.Host) {
 					known := seenVerdict[k]
-					v.Score, v.Reason = known.Score, known.Reason
-					free = free || v.Reason == nil
-					break
+					v.Score, v.Reason, cards, hit = known.Score, known.Reason, seenCards[k], true
 				}
 			}
-			var plan *core.Plan
-			plan, v.Reason = p.FitWith(n.state, &c.mix, &s)
-			if plan != nil {
-				v.Score = p.ScoreWith(n.state, plan, &c.mix, &s)
-				if r := c.waits(n, p, plan, uid); r != nil {
+			if !hit {
+				var plan *core.Plan
+				plan, v.Reason = p.FitWith(n.state, &c.mix, &s)
+				if plan != nil {
+					v.Score = p.ScoreWith(n.state, plan, &c.mix, &s)
+				}
+				store := share && (v.Reason == nil || v.Reason.UUID == "")
+				if store {
+					if _, taken := seen[k]; taken {
+						store = false
+					}
+				}
+				switch {
+				case plan != nil && store:
+					start := len(flat)
+					flat = planCards(flat, plan)
+					cards = flat[start:len(flat):len(flat)]
+				case plan != nil && n.inFlight > 0:
+					tmp = planCards(tmp[:0], plan)
+					cards = tmp
+				}
+				if store {
+					if seen == nil {
+						seen, seenVerdict, seenCards = map[uint64]*nodeEntry{}, map[uint64]Verdict{}, map[uint64][]int{}
+					}
+					seen[k], seenVerdict[k], seenCards[k] = n, v, cards
+				}
+			}
+			if v.Reason == nil {
+				if r := c.waits(n, p, cards, uid); r != nil {
 					v.Reason, waiting = r, true // dropped below when no node is free
 				} else {
 					free = true
-				}
-			}
-			if share && (v.Reason == nil || v.Reason.UUID == "") {
-				if seen == nil {
-					seen, seenVerdict = map[uint64]*nodeEntry{}, map[uint64]Verdict{}
-				}
-				if _, taken := seen[k]; !taken {
-					seen[k], seenVerdict[k] = n, v
 				}
 			}
 		}
@@ -579,6 +625,19 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 		}
 	}
 	return out
+}
+
+// planCards appends the cards of a plan's containers to b, for waits: for each container in
+// order, its number of devices and then the index of each device's card.
+func planCards(b []int, plan *core.Plan) []int {
+	for ci := range plan.Containers {
+		devs := plan.Containers[ci].Devices
+		b = append(b, len(devs))
+		for _, di := range devs {
+			b = append(b, plan.Devices[di].Card)
+		}
+	}
+	return b
 }
 
 // pinned is Evaluate for a pod with a live reservation on node: only that node fits (a retried bind
@@ -657,7 +716,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 	if r != nil {
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}
-	if r := c.waits(n, p, plan, uid); r != nil {
+	if r := c.waits(n, p, planCards(nil, plan), uid); r != nil {
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrInFlight)
 	}
 	a := plan.Assignment(n.state)
@@ -750,45 +809,77 @@ func (c *Cache) Release(uid types.UID) {
 // waits returns ReasonInFlight when a GPU container of the pod would be in flight on the node beside
 // a container of another pod with the same device count that is not interchangeable with it.
 // self is the pod's own UID (its earlier reservation is not a conflict).
-func (c *Cache) waits(n *nodeEntry, p *core.Pod, plan *core.Plan, self types.UID) *core.Reason {
+func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *core.Reason {
 	if n.inFlight == 0 {
 		return nil
 	}
-	for _, other := range n.pods {
-		if other.uid == self {
-			continue
+	if n.flightSame && !p.Selector.HasCardConstraint() {
+		same := true
+		for ci := range p.Request.Containers {
+			r := &p.Request.Containers[ci]
+			if r.Count == n.flightReq.Count && !r.Interchangeable(&n.flightReq) {
+				same = false // some container may wait: the walk below says for which
+				break
+			}
 		}
+		if same {
+			return nil
+		}
+	}
+	for _, other := range n.pods {
 		for fi := range other.inFlight {
 			f := &other.inFlight[fi]
+			off := 0
 			for ci := range p.Request.Containers {
 				r := &p.Request.Containers[ci]
-				if r.Count != f.req.Count {
+				devs := cards[off+1 : off+1+cards[off]]
+				off += 1 + cards[off]
+				if r.Count != f.req.Count || interchangeable(n.state, p, r, devs, f) || other.uid == self {
 					continue
 				}
-				if !interchangeable(n.state, p, r, plan.Containers[ci].Devices, plan, f) {
-					return &core.Reason{Kind: core.ReasonInFlight, Need: r.Count, Detail: fmt.Sprintf("pod %s container %q", f.pod, f.req.Name)}
-				}
+				return &core.Reason{Kind: core.ReasonInFlight, Need: r.Count, Detail: fmt.Sprintf("pod %s container %q", f.pod, f.req.Name)}
 			}
 		}
 	}
 	return nil
 }
 
-// interchangeable reports whether container r (placed on devs) and the in-flight container f ask
-// for the same thing and each one's selector accepts the other's cards.
-func interchangeable(s *core.NodeState, p *core.Pod, r *annotations.ContainerRequest, devs []int, plan *core.Plan, f *inFlight) bool {
+// summariseFlight sets the node's flightSame and flightReq from its pods' in-flight containers.
+func summariseFlight(n *nodeEntry) {
+	n.flightSame = false
+	first := true
+	for _, p := range n.pods {
+		for i := range p.inFlight {
+			f := &p.inFlight[i]
+			if f.unmanaged || f.sel.HasCardConstraint() || (!first && !f.req.Interchangeable(&n.flightReq)) {
+				return
+			}
+			n.flightReq, first = f.req, false
+		}
+	}
+	n.flightSame = true
+}
+
+// interchangeable reports whether container r (placed on the cards devs) and the in-flight
+// container f ask for the same thing and each one's selector accepts the other's cards (a
+// selector without card rules accepts any).
+func interchangeable(s *core.NodeState, p *core.Pod, r *annotations.ContainerRequest, devs []int, f *inFlight) bool {
 	if f.unmanaged || !r.Interchangeable(&f.req) {
 		return false
 	}
-	for _, uuid := range f.cards {
-		i, ok := s.CardIndex(uuid)
-		if !ok || !p.Selector.Accepts(&s.Cards[i].GPU) {
-			return false
+	if p.Selector.HasCardConstraint() {
+		for _, uuid := range f.cards {
+			i, ok := s.CardIndex(uuid)
+			if !ok || !p.Selector.Accepts(&s.Cards[i].GPU) {
+				return false
+			}
 		}
 	}
-	for _, di := range devs {
-		if !f.sel.Accepts(&s.Cards[plan.Devices[di].Card].GPU) {
-			return false
+	if f.sel.HasCardConstraint() {
+		for _, i := range devs {
+			if !f.sel.Accepts(&s.Cards[i].GPU) {
+				return false
+			}
 		}
 	}
 	return true

@@ -33,5 +33,9 @@
 // GPU requests pass through untouched. Bind writes the assignment, then posts the Binding; on any
 // failure it releases the reservation and records a GPUBindFailed event on the pod.
 //
+// With ServerOptions.FilterShortlist > 0 filter answers only the best-ranked fitting nodes for pods
+// whose in-tree kube-scheduler scores cannot differ between nodes (shortlist.go), so kube-scheduler
+// skips its scoring and prioritize when one node is left.
+//
 // Run(ctx, Config) starts the informers, the event broadcaster and the server until ctx is done.
 package scheduler

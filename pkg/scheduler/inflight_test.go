@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -118,5 +119,48 @@ func TestBindWaitsForInFlight(t *testing.T) {
 	defer cancel()
 	if res := h.srv.Bind(ctx, &bindArgs{PodName: "c", PodNamespace: "default", Node: "n1"}); !strings.Contains(res.Error, ErrInFlight.Error()) {
 		t.Fatalf("bind of c with b in flight: %q, want in flight", res.Error)
+	}
+}
+
+// Nodes in one state share Fit's verdict whether or not containers are in flight on them; whether
+// the pod must wait is still checked on each node, in any order of the names.
+func TestFilterSharesVerdictsAcrossNodesInFlight(t *testing.T) {
+	var objs []runtime.Object
+	for _, n := range []string{"n1", "n2", "n3"} {
+		objs = append(objs, gpuNode(nodeSpec{name: n, model: a40, memMiB: 10000, count: 4, shares: 4}))
+		// The same card held on each; on n1 its pod is still Pending, so its container is in flight.
+		holder := benchHolder(t, n, 0, uuidOf(n, 0)+"::0", 10000, 100)
+		if n == "n1" {
+			holder.Status.Phase = corev1.PodPending
+		}
+		objs = append(objs, holder)
+	}
+	h := newHarness(t, harnessOptions{}, objs...)
+	share := gpuPod("b", nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10})
+	want := map[string]string{"n1": `waits until pod default/n1-p0 container "m" is allocated (in flight with 1 card, not interchangeable)`}
+	for _, order := range [][]string{{"n2", "n1", "n3"}, {"n1", "n2", "n3"}} {
+		res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: share, NodeNames: &order}))
+		if diff := cmp.Diff(want, map[string]string(res.FailedNodes)); diff != "" || !cmp.Equal([]string{"n2", "n3"}, *res.NodeNames) {
+			t.Errorf("order %v: FailedNodes (-want +got):\n%s fit %v", order, diff, *res.NodeNames)
+		}
+	}
+}
+
+// With containers of different requests in flight on a node, each still counts: a shared 1-card
+// container waits for the whole 1-card one even while 2- and 3-card ones are in flight beside it
+// (repeated: the node's pods are a map, walked in random order).
+func TestInFlightMixedRequests(t *testing.T) {
+	for range 10 {
+		h := newHarness(t, harnessOptions{informer: true}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 8, shares: 4}))
+		h.createPods(gpuPod("two", nil, ctr{name: "m", gpu: 2}), gpuPod("one", nil, ctr{name: "m", gpu: 1}),
+			gpuPod("three", nil, ctr{name: "m", gpu: 3}), gpuPod("share", nil, ctr{name: "m", gpu: 1, mem: 1000, cores: 10}))
+		for _, name := range []string{"two", "one", "three"} {
+			if err := h.bind(name, "n1"); err != "" {
+				t.Fatalf("bind %s: %s", name, err)
+			}
+		}
+		if err := h.bind("share", "n1"); !strings.Contains(err, `waits until pod default/one container "m" is allocated`) {
+			t.Fatalf("bind of share: %q, want it to wait for one", err)
+		}
 	}
 }

@@ -14,10 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -62,6 +65,11 @@ type Config struct {
 	// before it answers "in flight" (kube-scheduler then backs the pod off). Keep it below the
 	// extender's httpTimeout; 0 never waits.
 	BindWait time.Duration
+	// FilterShortlist, when positive, lets filter answer only the nodes the policy ranks best (the
+	// best and those tied with it, at most this many, lowest name first) for pods whose in-tree
+	// kube-scheduler scores cannot differ between nodes, so kube-scheduler skips its scoring and
+	// prioritize when one node is left. 0 answers every fitting node. See shortlist.go.
+	FilterShortlist int
 	// Log is the logger.
 	Log logr.Logger
 }
@@ -72,8 +80,11 @@ func DefaultConfig() Config {
 	// (bench/results, README "Speed and placement quality").
 	return Config{Listen: "127.0.0.1:8888", SchedulerName: "cardinal-scheduler", NodePolicy: annotations.PolicyFragAware,
 		GPUPolicy: annotations.PolicyFragAware, Resources: annotations.DefaultResourceNames(), Log: logr.Discard(),
-		ReservationTTL: DefaultReservationTTL, BindWait: DefaultBindWait}
+		ReservationTTL: DefaultReservationTTL, BindWait: DefaultBindWait, FilterShortlist: DefaultFilterShortlist}
 }
+
+// DefaultFilterShortlist is the default Config.FilterShortlist.
+const DefaultFilterShortlist = 1
 
 func (c *Config) validate() error {
 	var errs []error
@@ -95,6 +106,9 @@ func (c *Config) validate() error {
 	if c.BindWait < 0 {
 		errs = append(errs, fmt.Errorf("bind wait %s is negative", c.BindWait))
 	}
+	if c.FilterShortlist < 0 {
+		errs = append(errs, fmt.Errorf("filter shortlist %d is negative", c.FilterShortlist))
+	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("max body bytes %d is negative", c.MaxBodyBytes))
 	}
@@ -113,6 +127,13 @@ func (c *Config) client() (kubernetes.Interface, error) {
 		}
 	}
 	rc = rest.CopyConfig(rc)
+	if rc.ContentType == "" {
+		// Protobuf, as kube-scheduler and the controllers use: the API server encodes every pod
+		// update once per encoding its watchers ask for, and a JSON watch of all pods cost it more
+		// CPU than the bindings themselves in S2 (and costs the extender's decoder too).
+		rc.ContentType = runtime.ContentTypeProtobuf
+		rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
 	if rc.QPS == 0 {
 		// One write per bound pod; API Priority and Fairness, not a client-side limit, protects the
 		// API server. A limit of 200 requests/s (two writes per pod then) capped binding at 100 pods/s in S2.
@@ -151,13 +172,24 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("pod informer: %w", err)
 	}
 	podLister := factory.Core().V1().Pods().Lister()
+	var services ServiceSelects
+	synced := []toolscache.InformerSynced{nodeInf.HasSynced, podInf.HasSynced}
+	if cfg.FilterShortlist > 0 {
+		// PodTopologySpread's default constraints spread pods a Service selects: they get the full list.
+		svcInf := factory.Core().V1().Services().Informer()
+		if err := svcInf.SetTransform(stripManagedFields); err != nil {
+			return fmt.Errorf("informer transform: %w", err)
+		}
+		services = serviceSelects(factory.Core().V1().Services().Lister())
+		synced = append(synced, svcInf.HasSynced)
+	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.SchedulerName + "-extender"})
 
-	var synced atomic.Bool
+	var ready atomic.Bool
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := NewServer(cache, ServerOptions{
@@ -165,7 +197,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Pods: &clientPods{client: client, lookup: func(ns, name string) (*corev1.Pod, error) {
 			return podLister.Pods(ns).Get(name)
 		}},
-		Ready: synced.Load, MaxBody: cfg.MaxBodyBytes, BindWait: cfg.BindWait,
+		Ready: ready.Load, MaxBody: cfg.MaxBodyBytes, BindWait: cfg.BindWait,
+		FilterShortlist: cfg.FilterShortlist, Services: services,
 	})
 
 	ln := cfg.Listener
@@ -194,8 +227,8 @@ func Run(ctx context.Context, cfg Config) error {
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	go func() {
-		if toolscache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, podInf.HasSynced) {
-			synced.Store(true)
+		if toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+			ready.Store(true)
 			log.Info("caches synced")
 			ttl := cfg.ReservationTTL
 			if ttl == 0 {
@@ -219,6 +252,24 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// serviceSelects reports whether a Service in the pod's namespace selects it, as kube-scheduler's
+// helper.GetPodServices does (a Service without a selector selects nothing).
+func serviceSelects(l corelisters.ServiceLister) ServiceSelects {
+	return func(pod *corev1.Pod) bool {
+		svcs, err := l.Services(pod.Namespace).List(labels.Everything())
+		if err != nil {
+			return true // cannot tell: the full list is always correct
+		}
+		set := labels.Set(pod.Labels)
+		for _, svc := range svcs {
+			if len(svc.Spec.Selector) > 0 && labels.SelectorFromValidatedSet(svc.Spec.Selector).Matches(set) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 func stripManagedFields(obj any) (any, error) {

@@ -55,6 +55,9 @@ type Server struct {
 	maxBody  int64
 	bindWait time.Duration
 	registry *prometheus.Registry
+	// shortlist and services: see ServerOptions.
+	shortlist int
+	services  ServiceSelects
 
 	memoMu sync.Mutex
 	memo   memo
@@ -106,6 +109,13 @@ type ServerOptions struct {
 	MaxBody int64
 	// BindWait is how long a bind waits for a container in flight on its node (0: not at all).
 	BindWait time.Duration
+	// FilterShortlist, when positive, lets filter answer only the best-ranked fitting nodes (at
+	// most this many) for pods whose kube-scheduler scores cannot differ between nodes; 0 answers
+	// every fitting node (see shortlist.go).
+	FilterShortlist int
+	// Services reports whether a Service selects a pod (PodTopologySpread's default constraints);
+	// nil: none does.
+	Services ServiceSelects
 }
 
 // DefaultBindWait is how long a bind waits for a container in flight on its node to be allocated:
@@ -115,7 +125,8 @@ const DefaultBindWait = 2 * time.Second
 // NewServer builds the HTTP layer around a cache.
 func NewServer(cache *Cache, o ServerOptions) *Server {
 	s := &Server{log: o.Log, client: o.Client, cache: cache, decider: o.Decider, names: o.Names, pods: o.Pods,
-		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody, bindWait: o.BindWait}
+		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody, bindWait: o.BindWait,
+		shortlist: o.FilterShortlist, services: o.Services}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
@@ -283,28 +294,34 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	}
 	verdicts := s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
-	fit := make([]string, 0, len(names))
-	keep := make([]Verdict, 0, len(names))
+	pass := make([]int, 0, len(names))
 	for i, v := range verdicts {
 		switch {
 		case v.Reason == nil:
-			fit = append(fit, names[i])
-			keep = append(keep, v)
+			pass = append(pass, i)
 		case v.Reason.Unresolvable():
 			res.FailedAndUnresolvableNodes[names[i]] = v.Reason.String()
 		default:
 			res.FailedNodes[names[i]] = v.Reason.String()
 		}
 	}
-	s.metrics.nodes.WithLabelValues("fit").Add(float64(len(fit)))
-	s.metrics.nodes.WithLabelValues("unfit").Add(float64(len(names) - len(fit)))
+	s.metrics.nodes.WithLabelValues("fit").Add(float64(len(pass)))
+	s.metrics.nodes.WithLabelValues("unfit").Add(float64(len(names) - len(pass)))
 	s.metrics.requests.WithLabelValues("filter", "ok").Inc()
+	if s.shortlist > 0 && len(pass) > s.shortlist {
+		// The nodes left out are neither failed nor reported: kube-scheduler reports failed nodes
+		// only when none is feasible, and the shortlist is never empty.
+		pass = s.shortlistOf(args.Pod, names, verdicts, pass)
+	}
+	fit := make([]string, len(pass))
+	keep := make([]Verdict, len(pass))
+	for k, i := range pass {
+		fit[k], keep[k] = names[i], verdicts[i]
+	}
 	if args.Nodes != nil {
-		res.Nodes = &corev1.NodeList{}
-		for i, v := range verdicts {
-			if v.Reason == nil {
-				res.Nodes.Items = append(res.Nodes.Items, args.Nodes.Items[i])
-			}
+		res.Nodes = &corev1.NodeList{Items: make([]corev1.Node, len(pass))}
+		for k, i := range pass {
+			res.Nodes.Items[k] = args.Nodes.Items[i]
 		}
 	} else {
 		res.NodeNames = &fit
@@ -316,6 +333,28 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		log.Info("filter", logging.KeyPod, args.Pod.Namespace+"/"+args.Pod.Name, "nodes", len(names), "fit", len(fit))
 	}
 	return res
+}
+
+// shortlistOf narrows the fitting candidates pass (indexes into names and verdicts) to the
+// shortlist when nothing kube-scheduler scores itself differs between them for this pod; the
+// policy's scores carry the pod's preferred node affinity as Prioritize adds it.
+func (s *Server) shortlistOf(pod *corev1.Pod, names []string, verdicts []Verdict, pass []int) []int {
+	fit := make([]string, len(pass))
+	scores := make([]float64, len(pass))
+	ok := make([]bool, len(pass))
+	for k, i := range pass {
+		fit[k], scores[k], ok[k] = names[i], verdicts[i].Score, true
+	}
+	why := podFullReason(pod, s.services)
+	if why == shortlisted {
+		why = s.cache.clusterFullReason(pod, fit)
+	}
+	s.metrics.shortlists.WithLabelValues(why.String()).Inc()
+	if why != shortlisted {
+		return pass
+	}
+	s.addPreferredAffinity(pod, fit, scores, ok)
+	return shortlist(names, pass, scores, s.shortlist)
 }
 
 // Prioritize scores the named nodes 0..10 by the pod's node policy: the rank of each node's score
@@ -625,6 +664,9 @@ type metrics struct {
 	nodes    *prometheus.CounterVec
 	binds    *prometheus.CounterVec
 	expired  prometheus.Counter
+	// shortlists counts filter answers for pods with more fitting nodes than the shortlist, by
+	// whether they were shortlisted or why not (fullReason).
+	shortlists *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -647,10 +689,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Bind calls by outcome (bound, no_fit, in_flight, already_bound, bind_pending, not_ready, error, bad_request).",
 		}, []string{"outcome"}),
 	}
+	m.shortlists = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cardinal_extender_filter_shortlists_total",
+		Help: "Filter answers with more fitting nodes than --filter-shortlist, by outcome: shortlist, or why the pod got every fitting node (pod_affinity, existing_affinity, topology_spread, default_spread, taints, images).",
+	}, []string{"outcome"})
 	m.expired = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cardinal_extender_reservations_expired_total",
 		Help: "Reservations freed because their pod was still unbound (or gone) after the reservation timeout.",
 	})
-	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired)
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.shortlists)
 	return m
 }

@@ -64,23 +64,26 @@ func TestFilterReasons(t *testing.T) {
 			},
 		},
 	}
+	// The shortlist changes none of it: the reasons are the same, and one fitting node is all.
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{}, objs...)
-			res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: c.pod, NodeNames: names(all...)}))
-			if res.Error != "" {
-				t.Fatalf("error: %s", res.Error)
-			}
-			if diff := cmp.Diff(c.fit, *res.NodeNames); diff != "" {
-				t.Errorf("fit (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(c.failed, map[string]string(res.FailedNodes)); diff != "" {
-				t.Errorf("FailedNodes (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(c.unresolv, map[string]string(res.FailedAndUnresolvableNodes)); diff != "" {
-				t.Errorf("FailedAndUnresolvableNodes (-want +got):\n%s", diff)
-			}
-		})
+		for _, shortlist := range []int{0, 1} {
+			t.Run(c.name+"/shortlist "+itoa(shortlist), func(t *testing.T) {
+				h := newHarness(t, harnessOptions{shortlist: shortlist}, objs...)
+				res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: c.pod, NodeNames: names(all...)}))
+				if res.Error != "" {
+					t.Fatalf("error: %s", res.Error)
+				}
+				if diff := cmp.Diff(c.fit, *res.NodeNames); diff != "" {
+					t.Errorf("fit (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(c.failed, map[string]string(res.FailedNodes)); diff != "" {
+					t.Errorf("FailedNodes (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(c.unresolv, map[string]string(res.FailedAndUnresolvableNodes)); diff != "" {
+					t.Errorf("FailedAndUnresolvableNodes (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }
 

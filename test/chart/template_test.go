@@ -41,7 +41,7 @@ const (
 // chart must pass nothing else.
 var agreedFlags = map[string][]string{
 	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl",
-		"require-enforced-sharing"},
+		"require-enforced-sharing", "filter-shortlist"},
 	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces",
 		"cert-secret", "cert-namespace", "webhook-configuration", "cert-hosts", "cert-lifetime", "ca-lifetime", "cert-check-interval"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
@@ -591,6 +591,8 @@ func TestRBAC(t *testing.T) {
 		schedulerName + "-extender": {
 			rule(core, []string{"nodes"}, []string{"get", "list", "watch"}),
 			rule(core, []string{"pods"}, []string{"get", "list", "watch", "patch"}),
+			// --filter-shortlist: a pod a Service selects gets every fitting node.
+			rule(core, []string{"services"}, []string{"list", "watch"}),
 			rule(core, []string{"pods/binding"}, []string{"create"}),
 			rule(events, []string{"events"}, []string{"create", "patch"}),
 		},

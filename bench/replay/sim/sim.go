@@ -318,6 +318,8 @@ type replay struct {
 	candScores []float64
 	keyBuf     []byte
 	calls      int
+	// scratch holds the core's buffers across the nodes a pod is decided on.
+	scratch core.Scratch
 }
 
 func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
@@ -427,11 +429,11 @@ func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 	evaluate := func(ni int) (float64, bool) {
 		n := &r.sim[ni]
 		r.calls++
-		plan, reason := pod.Fit(n.state, &r.mix)
+		plan, reason := pod.FitWith(n.state, &r.mix, &r.scratch)
 		if reason != nil {
 			return 0, false
 		}
-		return pod.Score(n.state, plan, &r.mix), true
+		return pod.ScoreWith(n.state, plan, &r.mix, &r.scratch), true
 	}
 	for _, g := range r.groups {
 		if r.cfg.NodeByNode {

@@ -272,7 +272,7 @@ func (p *Pod) Score(n *NodeState, plan *Plan, mix *TaskMix) float64 {
 
 // ScoreWith is Score using the buffers of s (no allocation).
 func (p *Pod) ScoreWith(n *NodeState, plan *Plan, mix *TaskMix, s *Scratch) float64 {
-	s.node = NodeInput{Node: n, Plan: plan, Mix: mix}
+	s.node = NodeInput{Node: n, Plan: plan, Mix: mix, frag: &s.f.frag}
 	return p.nodeScore(&s.node)
 }
 
@@ -302,9 +302,11 @@ func (s *Scratch) accepts(p *Pod, c *Card) bool {
 		return true
 	}
 	if s.selPod != p || s.selModel != c.modelLower {
-		s.selPod, s.selModel = p, c.modelLower
+		s.selPod = p
 		s.selAccept = sel.CheckLower(c.modelLower, c.UUID) == annotations.MatchOK
 	}
+	// This node's string: its other cards of the model share it and compare by pointer.
+	s.selModel = c.modelLower
 	return s.selAccept
 }
 
@@ -338,6 +340,8 @@ type fit struct {
 	kdevs   []topology.Device
 	kreason *Reason
 	kids    []string
+	// frag keeps the frag-aware policy's work on the node for the card scores and ScoreWith.
+	frag fragKeep
 }
 
 type numaGroup struct {
@@ -358,6 +362,7 @@ func (p *Pod) Fit(n *NodeState, mix *TaskMix) (*Plan, *Reason) {
 func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	f := &s.f
 	f.pod, f.node, f.mix = p, n, mix
+	f.frag.fit++
 	f.plan0.Host = p.Host
 	f.plan = &f.plan0
 	f.allow = nil
@@ -574,7 +579,7 @@ func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason
 
 // cardScore runs the card strategy on the scratch's CardInput (no allocation per card).
 func (f *fit) cardScore(card *Card, before, after Usage, c *annotations.ContainerRequest) float64 {
-	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix, Host: f.pod.Host}
+	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix, Host: f.pod.Host, frag: &f.frag}
 	return f.pod.card.Score(&f.in)
 }
 

@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"slices"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
@@ -38,13 +39,23 @@ import (
 // Host resources: as FGD does, a node's free GPUs all count as fragmented for a task the node lacks
 // CPU or memory for; for whole-card tasks, so do the free cards the node's CPU and memory cannot
 // feed (hostCapacity), which keeps CPU-hungry pods off nodes whose CPU the free cards need. The
-// node score compares the node's CPU and memory before and after the pod (Plan.Host); the card score sees them after the pod (the same for every card of the node). When
-// the node's CPU and memory are unknown (NodeState.Host zero) or the mix carries none (TaskMix.Add
-// without host), they keep no class out and the policy measures GPU fragmentation only. Without a
-// mix (nothing seen yet) both fall back to binpack.
+// node score compares the node's CPU and memory before and after the pod (Plan.Host); the card
+// score sees them after the pod (the same for every card of the node). When the node's CPU and
+// memory are unknown (NodeState.Host zero) or the mix carries none (TaskMix.Add without host), they
+// keep no class out and the policy measures GPU fragmentation only. Without a mix (nothing seen
+// yet) both fall back to binpack.
 //
-// Cost: one pass over the classes of the mix for each distinct card state of the node, and no
-// allocation for nodes of up to fragStackCards cards.
+// Cost: the mix keeps the classes that count, grouped by what a card needs to host one of their
+// devices (fragIndex: classes that differ only in card count or host CPU and memory host alike),
+// rebuilt by TaskMix.Add, so scoring never looks at the others. Per node, the distinct card states
+// and which groups each one hosts are found once per Fit and kept for every card score and for the
+// node score after it (fragState, in the Scratch). A card score is then one walk per group over
+// the other cards' distinct states and one pass over the counted classes, and cards alike (same
+// state, same usage before and after) share one; the node score is the same walk and pass before
+// and after the plan. The sums are taken in the order of the walk over every class and card view
+// the policy was first written as (kept in fragaware_oracle_test.go), so every score is the same to
+// the bit. No allocation per node once the Scratch's buffers have grown; Pod.Fit and Pod.Score,
+// without a Scratch, allocate a fragState each.
 
 func init() {
 	// Self-registration, at initialisation only (strategy.go names these two for PolicyFragAware).
@@ -73,26 +84,19 @@ const fragMinShare = 0.005
 // score from 5 to 2.7 or 7.3, so the extender's integer scores (0..10) still tell such placements apart.
 const fragSlope = 4
 
-// fragStackCards is the card count up to which a node's card views live on the stack.
-const fragStackCards = 16
-
 // fragAwareNode scores a node by the change of its expected fragmentation under the plan.
 func fragAwareNode(in *NodeInput) float64 {
 	if in.Mix == nil || in.Mix.Total <= 0 {
 		return binpackNode(in)
 	}
-	var bufBefore, bufAfter [fragStackCards]cardView
-	before, after := bufBefore[:0], bufAfter[:0]
-	if len(in.Node.Cards) > fragStackCards {
-		before, after = make([]cardView, 0, len(in.Node.Cards)), make([]cardView, 0, len(in.Node.Cards))
-	}
+	s := in.frag.get()
+	s.prepare(in.Node, in.Mix, 0)
 	// Cards the plan does not touch appear alike before and after, so they cancel in ΔF exactly.
-	for i := range in.Node.Cards {
-		c := &in.Node.Cards[i]
-		before = appendView(before, c, c.Usage)
-		after = appendView(after, c, in.After(i))
-	}
-	delta := expectedFragHost(after, in.Mix, &in.Node.Host, in.Plan.Host) - expectedFragHost(before, in.Mix, &in.Node.Host, HostRequest{})
+	s.listNode()
+	before := s.expected(&in.Node.Host, HostRequest{})
+	s.listAfter(in)
+	after := s.expected(&in.Node.Host, in.Plan.Host)
+	delta := after - before
 	// Tie-break (see fragTieBreak): the larger of card and CPU use after the placement.
 	tie := utilizationAfter(in)
 	if h := &in.Node.Host; h.AllocCPUMilli > 0 {
@@ -107,46 +111,463 @@ func fragAwareCard(in *CardInput) float64 {
 	if in.Mix == nil || in.Mix.Total <= 0 {
 		return binpackCard(in)
 	}
-	var buf [fragStackCards]cardView
-	views := buf[:0]
-	if len(in.Node.Cards) > len(buf) {
-		views = make([]cardView, 0, len(in.Node.Cards))
+	s := in.frag.get()
+	s.prepare(in.Node, in.Mix, in.frag.fitOf())
+	tie := fragTieBreak * in.Card.Utilization(in.After)
+	key, memo := s.memoKey(in)
+	if memo {
+		for i := range s.memo {
+			if s.memo[i].key == key {
+				return s.memo[i].score + tie
+			}
+		}
+		if len(s.memo) == cap(s.memo) && len(s.memo) >= fragMemo {
+			s.memo = s.memo[:0]
+		}
 	}
-	for i := range in.Node.Cards {
-		c := &in.Node.Cards[i]
-		if c == in.Card {
+	s.clearList()
+	for j := range in.Node.Cards {
+		if &in.Node.Cards[j] != in.Card {
+			s.push(s.of[j])
+		}
+	}
+	free := s.sums()
+	// The card before and after, as views of the table (whose hosting bits are known).
+	var kb int
+	if key.view >= 0 && in.Before == in.Card.Usage {
+		kb = key.view
+	} else {
+		kb = s.find(in.Card, in.Before)
+	}
+	ka := s.find(in.Card, in.After)
+	b, a := &s.views[kb], &s.views[ka]
+	// Each group's sums with the card added, before and after: among the cards that host the
+	// group, or its free capacity among the fragmented.
+	totalBefore, totalAfter := free+b.free, free+a.free
+	for g := range s.idx.groups {
+		word, bit := g/64, uint64(1)<<(g%64)
+		e := &s.ends[g]
+		e.countBefore, e.fragBefore, e.countAfter, e.fragAfter = s.count[g], s.frag[g], s.count[g], s.frag[g]
+		if s.host[kb*s.words+word]&bit != 0 {
+			e.countBefore++
+		} else {
+			e.fragBefore += b.free
+		}
+		if s.host[ka*s.words+word]&bit != 0 {
+			e.countAfter++
+		} else {
+			e.fragAfter += a.free
+		}
+	}
+	caps := s.hostCaps(&in.Node.Host, in.Host)
+	delta, total := 0.0, 0.0
+	for i := range s.idx.active {
+		t := &s.idx.active[i]
+		total += t.weight
+		if caps[i] <= 0 {
+			// The class cannot run on the node once the pod is there: all free capacity counts.
+			delta += t.weight * (a.free - b.free)
 			continue
 		}
-		views = appendView(views, c, c.Usage)
+		e := &s.ends[t.group]
+		fb := t.fragOf(e.countBefore, e.fragBefore, totalBefore, caps[i])
+		fa := t.fragOf(e.countAfter, e.fragAfter, totalAfter, caps[i])
+		delta += t.weight * (fa - fb)
 	}
-	b, a := newView(in.Card, in.Before), newView(in.Card, in.After)
-	delta, total := 0.0, 0.0
-	least := fragMinShare * in.Mix.Total
-	for ci := range in.Mix.Classes {
-		t := &in.Mix.Classes[ci]
+	score := -delta / total
+	if memo {
+		s.memo = append(s.memo, cardMemo{key: key, score: score})
+	}
+	return score + tie
+}
+
+// cardKey is what a card score reads: the card's view and whether it is the first card of the
+// node in that view (the other cards' views, in the order of their first appearance, are then the
+// same for every card with an equal key), what the view does not fix of the card, its usage before
+// and after, and the node's and the pod's CPU and memory.
+type cardKey struct {
+	view          int
+	first         bool
+	slots         int
+	healthy       bool
+	before, after Usage
+	host          HostState
+	pod           HostRequest
+}
+
+// cardMemo is the fragmentation part of a card score, −ΔF/Σw, for a key.
+type cardMemo struct {
+	key   cardKey
+	score float64
+}
+
+// memoKey returns the key of the card scored by in, false (and view −1) when the card is not one of
+// the node's.
+func (s *fragState) memoKey(in *CardInput) (cardKey, bool) {
+	for i := range in.Node.Cards {
+		if c := &in.Node.Cards[i]; c == in.Card {
+			k := s.of[i]
+			return cardKey{view: k, first: s.first[k] == i, slots: c.Slots(), healthy: c.Healthy, before: in.Before, after: in.After,
+				host: in.Node.Host, pod: in.Host}, true
+		}
+	}
+	return cardKey{view: -1}, false
+}
+
+// fragIndex is what the policy reads of a mix: the classes that count (weight at least
+// fragMinShare of the total), in the mix's order, each with its hosting group. Classes that differ
+// only in card count or host CPU and memory host a device on exactly the same cards (cardView.hosts),
+// so a walk over a node's cards serves the whole group. TaskMix.Add rebuilds it.
+type fragIndex struct {
+	// built, total and classes say for which mix it was built (TaskMix.Total, len(Classes)).
+	built   bool
+	total   float64
+	classes int
+	active  []fragClass
+	// groups holds, per group, the index in TaskMix.Classes of its first class.
+	groups []int
+}
+
+// fragClass is a class that counts: what the policy reads of it.
+type fragClass struct {
+	weight   float64
+	cards    int
+	whole    bool
+	cpu, mem int64
+	group    int
+}
+
+func (x *fragIndex) build(m *TaskMix) {
+	x.built, x.total, x.classes = true, m.Total, len(m.Classes)
+	x.active, x.groups = x.active[:0], x.groups[:0]
+	least := fragMinShare * m.Total
+	for ci := range m.Classes {
+		t := &m.Classes[ci]
 		if t.Weight < least || t.Weight <= 0 {
 			continue
 		}
-		total += t.Weight
-		count, frag, free := classFrag(views, t)
-		hostCap := hostCapacity(t, &in.Node.Host, in.Host)
-		if hostCap <= 0 {
-			// The class cannot run on the node once the pod is there: all free capacity counts.
-			delta += t.Weight * (a.free - b.free)
-			continue
+		g := slices.IndexFunc(x.groups, func(r int) bool { return sameHosting(&m.Classes[r], t) })
+		if g < 0 {
+			g = len(x.groups)
+			x.groups = append(x.groups, ci)
 		}
-		fb := finishFrag(t, count, frag, free, hostCap, &b)
-		fa := finishFrag(t, count, frag, free, hostCap, &a)
-		delta += t.Weight * (fa - fb)
+		x.active = append(x.active, fragClass{weight: t.Weight, cards: t.Cards, whole: t.Whole, cpu: t.HostCPUMilli, mem: t.HostMemMiB, group: g})
 	}
-	return -delta/total + fragTieBreak*in.Card.Utilization(in.After)
 }
 
-// cardView is what fragmentation needs of one card in one usage, with how many identical cards
-// (same model, same usage) it stands for.
+// sameHosting reports whether classes a and b host a device on the same cards (cardView.hosts).
+func sameHosting(a, b *TaskClass) bool {
+	return a.Whole == b.Whole && a.Cores == b.Cores && a.MemMiB == b.MemMiB && a.MemPercent == b.MemPercent &&
+		slices.Equal(a.Models, b.Models)
+}
+
+// fragState is the policy's working state for one node: its distinct card states (views), which
+// hosting groups each one hosts, and buffers. The Scratch keeps one, so that the card scores of a
+// Fit and the node score after it share the work; it rebuilds itself when the node, its cards'
+// usage or the mix changed. The zero value is ready.
+type fragState struct {
+	node    *NodeState
+	mix     *TaskMix
+	fit     uint64  // the Fit call (fragKeep.fit) that last checked the cards' usage; 0: none
+	total   float64 // mix.Total and len(mix.Classes) when built
+	classes int
+	usage   []Usage // the cards' usage when built
+	idx     *fragIndex
+	own     fragIndex // the index, when the mix's is stale (a mix changed other than by Add)
+
+	// views are the distinct card states: first the node's cards' in order of first appearance
+	// (nodeViews of them), then others met since (after a plan). host holds words bits per view,
+	// bit g set when the view hosts group g; n is how many of the node's cards are in each view,
+	// and of is each card's view.
+	views     []cardView
+	host      []uint64
+	words     int
+	n         []int
+	nodeViews int
+	of        []int
+
+	// list is the views being summed, in order of first appearance, with their counts; at is
+	// each view's place in list (-1: not in it).
+	list []viewCount
+	at   []int
+	// first is, per view of the node's cards, the first card in it; memo holds the card scores
+	// taken since prepare built the state.
+	first []int
+	memo  []cardMemo
+	// Per group: the cards of list that host it and the free capacity of those that do not
+	// (sums), and whether the scored card hosts it before and after.
+	count []int
+	frag  []float64
+	// fs is, per entry of list, its free capacity; ends, per group, the sums with the scored card
+	// added before and after; caps, per counted class, its host capacity (hostCapacity) on the
+	// node's CPU and memory less a pod's, for two node and pod pairs (the node score asks with and
+	// without the pod).
+	fs   []float64
+	ends []groupEnds
+	caps [2]hostCaps
+
+	// The first buffers of the slices above, so that a fragState new to a node of up to
+	// fragStackCards cards and a mix of up to fragStackGroups groups allocates nothing more.
+	bufViews        [2 * fragStackCards]cardView
+	bufUsage        [fragStackCards]Usage
+	bufHost         [2 * fragStackCards]uint64
+	bufN, bufAt     [2 * fragStackCards]int
+	bufOf, bufFirst [fragStackCards]int
+	bufMemo         [fragStackCards]cardMemo
+	bufList         [fragStackCards]viewCount
+	bufFS           [fragStackCards]float64
+	bufCount        [fragStackGroups]int
+	bufFrag         [fragStackGroups]float64
+	bufEnds         [fragStackGroups]groupEnds
+	bufCaps         [2][2 * fragStackGroups]float64
+}
+
+// hostCaps is, per counted class, its host capacity (fragClass.hostCapacity) on a node's CPU and
+// memory (host) less a pod's (pod); ok is false until computed since fragState.prepare built the
+// state.
+type hostCaps struct {
+	ok   bool
+	last bool // the last one filled of fragState.caps
+	host HostState
+	pod  HostRequest
+	caps []float64
+}
+
+// groupEnds are a group's sums (count and frag of fragState.sums) with the scored card added, in
+// its usage before and after.
+type groupEnds struct {
+	countBefore, countAfter int
+	fragBefore, fragAfter   float64
+}
+
+// fragStackCards and fragStackGroups size the buffers a fragState starts with; fragMoreViews and
+// fragMemo bound what it keeps between rebuilds.
+const (
+	fragStackCards  = 16
+	fragStackGroups = 32
+	fragMoreViews   = 64
+	fragMemo        = 64
+)
+
+type viewCount struct{ view, n int }
+
+// fragKeep holds a fragState for a Scratch, made on first use so that other policies do not pay for
+// it. fit counts the Scratch's Fit calls: within one, the node does not change.
+type fragKeep struct {
+	s   *fragState
+	fit uint64
+}
+
+// fitOf returns the Fit call the card scores come from, 0 when not known (nothing kept).
+func (k *fragKeep) fitOf() uint64 {
+	if k == nil {
+		return 0
+	}
+	return k.fit
+}
+
+// get returns the kept fragState, or a new one when k is nil (nothing kept).
+func (k *fragKeep) get() *fragState {
+	if k == nil {
+		return &fragState{}
+	}
+	if k.s == nil {
+		k.s = &fragState{}
+	}
+	return k.s
+}
+
+// prepare makes s describe node n under mix m. fit, when not 0, is the Fit call asking: the cards'
+// usage was checked already when an earlier call of the same Fit was for the same node.
+func (s *fragState) prepare(n *NodeState, m *TaskMix, fit uint64) {
+	// Views met after the node's own (plans, cards before and after a device) stay until a rebuild,
+	// at most fragMoreViews of them.
+	if s.node == n && s.mix == m && s.total == m.Total && s.classes == len(m.Classes) && len(s.usage) == len(n.Cards) &&
+		len(s.views) <= s.nodeViews+fragMoreViews {
+		if fit != 0 && fit == s.fit {
+			return
+		}
+		same := true
+		for i := range n.Cards {
+			if n.Cards[i].Usage != s.usage[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			s.fit = fit
+			return
+		}
+	}
+	s.fit = fit
+	if s.views == nil {
+		s.views, s.usage, s.host, s.n, s.of, s.at = s.bufViews[:0], s.bufUsage[:0], s.bufHost[:0], s.bufN[:0], s.bufOf[:0], s.bufAt[:0]
+		s.list, s.count, s.frag = s.bufList[:0], s.bufCount[:0], s.bufFrag[:0]
+		s.first, s.memo = s.bufFirst[:0], s.bufMemo[:0]
+		s.fs, s.ends, s.caps[0].caps, s.caps[1].caps = s.bufFS[:0], s.bufEnds[:0], s.bufCaps[0][:0], s.bufCaps[1][:0]
+	}
+	s.node, s.mix, s.total, s.classes = n, m, m.Total, len(m.Classes)
+	s.idx = m.fragIndex(&s.own)
+	groups := len(s.idx.groups)
+	s.words = (groups + 63) / 64
+	s.count, s.frag = resize(s.count, groups), resize(s.frag, groups)
+	s.ends, s.caps[0].ok, s.caps[1].ok = resize(s.ends, groups), false, false
+	s.usage, s.views, s.host, s.n, s.of = s.usage[:0], s.views[:0], s.host[:0], s.n[:0], s.of[:0]
+	s.list, s.at, s.first, s.memo = s.list[:0], s.at[:0], s.first[:0], s.memo[:0]
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		s.usage = append(s.usage, c.Usage)
+		k := s.sameAsPrevious(i)
+		if k < 0 {
+			k = s.find(c, c.Usage)
+		}
+		if k == len(s.first) {
+			s.first = append(s.first, i)
+		}
+		s.n[k]++
+		s.of = append(s.of, k)
+	}
+	s.nodeViews = len(s.views)
+}
+
+// sameAsPrevious returns the view of card i−1 when card i is of the same kind and in the same
+// usage (then its view is the same), else -1.
+func (s *fragState) sameAsPrevious(i int) int {
+	if i == 0 {
+		return -1
+	}
+	c, e := &s.node.Cards[i], &s.node.Cards[i-1]
+	if e.Usage == c.Usage && e.MemoryMiB == c.MemoryMiB && e.Shares == c.Shares && e.Healthy == c.Healthy && e.modelLower == c.modelLower {
+		return s.of[i-1]
+	}
+	return -1
+}
+
+// find returns the view of card c in usage u, adding it when it is new.
+func (s *fragState) find(c *Card, u Usage) int {
+	v := newView(c, u)
+	for k := range s.views {
+		if s.views[k].same(&v) {
+			return k
+		}
+	}
+	s.views, s.n, s.at = append(s.views, v), append(s.n, 0), append(s.at, -1)
+	at := len(s.host)
+	for range s.words {
+		s.host = append(s.host, 0)
+	}
+	for g, ci := range s.idx.groups {
+		if v.hosts(&s.mix.Classes[ci]) {
+			s.host[at+g/64] |= 1 << (g % 64)
+		}
+	}
+	return len(s.views) - 1
+}
+
+// push adds one card of view k to list.
+func (s *fragState) push(k int) {
+	if p := s.at[k]; p >= 0 {
+		s.list[p].n++
+		return
+	}
+	s.at[k] = len(s.list)
+	s.list = append(s.list, viewCount{view: k, n: 1})
+}
+
+func (s *fragState) clearList() {
+	for _, e := range s.list {
+		s.at[e.view] = -1
+	}
+	s.list = s.list[:0]
+}
+
+// listNode lists the node's cards as they are.
+func (s *fragState) listNode() {
+	s.clearList()
+	for k := 0; k < s.nodeViews; k++ {
+		s.at[k] = len(s.list)
+		s.list = append(s.list, viewCount{view: k, n: s.n[k]})
+	}
+}
+
+// listAfter lists the node's cards once the plan is applied.
+func (s *fragState) listAfter(in *NodeInput) {
+	s.clearList()
+	for i := range in.Node.Cards {
+		c := &in.Node.Cards[i]
+		k := s.of[i]
+		if u := in.After(i); u != c.Usage {
+			k = s.find(c, u)
+		}
+		s.push(k)
+	}
+}
+
+// sums walks list as classFrag would for each group: it returns the free capacity of every card
+// listed and sets, per group, the cards that host it (count) and the free capacity of those that
+// do not (frag), each sum taken in list order.
+func (s *fragState) sums() float64 {
+	total := 0.0
+	s.fs = s.fs[:0]
+	for _, e := range s.list {
+		f := s.views[e.view].free * float64(e.n)
+		s.fs = append(s.fs, f)
+		total += f
+	}
+	for g := range s.count {
+		count, frag := 0, 0.0
+		word, bit := g/64, uint64(1)<<(g%64)
+		for i, e := range s.list {
+			if s.host[e.view*s.words+word]&bit != 0 {
+				count += e.n
+			} else {
+				frag += s.fs[i]
+			}
+		}
+		s.count[g], s.frag[g] = count, frag
+	}
+	return total
+}
+
+// hostCaps returns, per counted class, its host capacity on node CPU and memory h less the pod's.
+func (s *fragState) hostCaps(h *HostState, pod HostRequest) []float64 {
+	for i := range s.caps {
+		if c := &s.caps[i]; c.ok && c.host == *h && c.pod == pod {
+			return c.caps
+		}
+	}
+	// Fill the one not filled last.
+	c := &s.caps[0]
+	if c.last {
+		c = &s.caps[1]
+	}
+	s.caps[0].last, s.caps[1].last = false, false
+	c.ok, c.last, c.host, c.pod, c.caps = true, true, *h, pod, c.caps[:0]
+	for i := range s.idx.active {
+		c.caps = append(c.caps, s.idx.active[i].hostCapacity(h, pod))
+	}
+	return c.caps
+}
+
+// expected is F(M) of the listed cards, in cards, on a node with host resources h less extra.
+func (s *fragState) expected(h *HostState, extra HostRequest) float64 {
+	total := s.sums()
+	caps := s.hostCaps(h, extra)
+	sum, weight := 0.0, 0.0
+	for i := range s.idx.active {
+		t := &s.idx.active[i]
+		weight += t.weight
+		sum += t.weight * t.fragOf(s.count[t.group], s.frag[t.group], total, caps[i])
+	}
+	if weight == 0 {
+		return 0
+	}
+	return sum / weight
+}
+
+// cardView is what fragmentation needs of one card in one usage.
 type cardView struct {
 	card *Card
-	n    int
 	// free is the card's free capacity in cards, in [0, 1]; 0 when unhealthy or held whole.
 	free      float64
 	freeMem   int64
@@ -157,7 +578,7 @@ type cardView struct {
 }
 
 func newView(c *Card, u Usage) cardView {
-	v := cardView{card: c, n: 1, held: u.Held, whole: u.Whole > 0 || !c.Healthy}
+	v := cardView{card: c, held: u.Held, whole: u.Whole > 0 || !c.Healthy}
 	if v.whole {
 		return v
 	}
@@ -168,18 +589,11 @@ func newView(c *Card, u Usage) cardView {
 	return v
 }
 
-// appendView adds card c in usage u, merging it into an equal view already there.
-func appendView(views []cardView, c *Card, u Usage) []cardView {
-	v := newView(c, u)
-	for i := range views {
-		w := &views[i]
-		if w.free == v.free && w.freeMem == v.freeMem && w.freeCores == v.freeCores && w.freeSlots == v.freeSlots &&
-			w.held == v.held && w.whole == v.whole && w.card.MemoryMiB == c.MemoryMiB && w.card.modelLower == c.modelLower {
-			w.n++
-			return views
-		}
-	}
-	return append(views, v)
+// same reports whether views w and v count alike: same free capacity, model and memory, so that
+// every class is hosted by both or neither.
+func (w *cardView) same(v *cardView) bool {
+	return w.free == v.free && w.freeMem == v.freeMem && w.freeCores == v.freeCores && w.freeSlots == v.freeSlots &&
+		w.held == v.held && w.whole == v.whole && w.card.MemoryMiB == v.card.MemoryMiB && w.card.modelLower == v.card.modelLower
 }
 
 // hosts reports whether the card in view v can take one device of class t.
@@ -203,56 +617,4 @@ func classMemOn(t *TaskClass, total int64) int64 {
 		return total * int64(t.MemPercent) / 100
 	}
 	return 0
-}
-
-// classFrag sums, over views, the cards that can host a device of t (count), the free capacity of
-// those that cannot (frag) and all free capacity (total).
-func classFrag(views []cardView, t *TaskClass) (count int, frag, total float64) {
-	for i := range views {
-		v := &views[i]
-		f := v.free * float64(v.n)
-		total += f
-		if v.hosts(t) {
-			count += v.n
-		} else {
-			frag += f
-		}
-	}
-	return count, frag, total
-}
-
-// finishFrag adds one more card (view v) to the sums of classFrag and returns F(t), the class's
-// host capacity being hostCap (hostCapacity).
-func finishFrag(t *TaskClass, count int, frag, total, hostCap float64, v *cardView) float64 {
-	total += v.free
-	if v.hosts(t) {
-		count++
-	} else {
-		frag += v.free
-	}
-	return fragOf(t, count, frag, total, hostCap)
-}
-
-// expectedFrag is F(M) of the cards in views, in cards, host resources unknown.
-func expectedFrag(views []cardView, mix *TaskMix) float64 {
-	return expectedFragHost(views, mix, &HostState{}, HostRequest{})
-}
-
-// expectedFragHost is F(M) of the cards in views, in cards, on a node with host resources h less extra.
-func expectedFragHost(views []cardView, mix *TaskMix, h *HostState, extra HostRequest) float64 {
-	sum, weight := 0.0, 0.0
-	least := fragMinShare * mix.Total
-	for ci := range mix.Classes {
-		t := &mix.Classes[ci]
-		if t.Weight < least || t.Weight <= 0 {
-			continue
-		}
-		weight += t.Weight
-		count, frag, total := classFrag(views, t)
-		sum += t.Weight * fragOf(t, count, frag, total, hostCapacity(t, h, extra))
-	}
-	if weight == 0 {
-		return 0
-	}
-	return sum / weight
 }

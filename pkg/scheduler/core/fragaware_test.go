@@ -84,6 +84,14 @@ func faPlace(t *testing.T, policy annotations.Policy, req annotations.ContainerR
 	return best.Name, bestCards
 }
 
+// faExpectedFrag is F(M) of node n's cards as they are, host resources ignored.
+func faExpectedFrag(n *NodeState, mix *TaskMix) float64 {
+	var s fragState
+	s.prepare(n, mix, 0)
+	s.listNode()
+	return s.expected(&HostState{}, HostRequest{})
+}
+
 func TestExpectedFrag(t *testing.T) {
 	half := faShare(50)
 	cases := []struct {
@@ -117,11 +125,7 @@ func TestExpectedFrag(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var views []cardView
-			for i := range c.node.Cards {
-				views = appendView(views, &c.node.Cards[i], c.node.Cards[i].Usage)
-			}
-			if got := expectedFrag(views, c.mix); math.Abs(got-c.want) > 1e-9 {
+			if got := faExpectedFrag(c.node, c.mix); math.Abs(got-c.want) > 1e-9 {
 				t.Errorf("F(M) = %v, want %v", got, c.want)
 			}
 		})
@@ -134,11 +138,7 @@ func TestExpectedFragModelRule(t *testing.T) {
 	r := faShare(50)
 	m.Add(ClassOf(&r, &annotations.Selector{UseTypes: []string{"a100"}}), 1)
 	n := faNode("n", "Tesla T4", 40, 0)
-	var views []cardView
-	for i := range n.Cards {
-		views = appendView(views, &n.Cards[i], n.Cards[i].Usage)
-	}
-	if got := expectedFrag(views, m); math.Abs(got-1.6) > 1e-9 {
+	if got := faExpectedFrag(n, m); math.Abs(got-1.6) > 1e-9 {
 		t.Errorf("F(M) = %v, want 1.6", got)
 	}
 }
@@ -269,7 +269,8 @@ func TestFragAwareIsAvailable(t *testing.T) {
 	}
 }
 
-// BenchmarkFragAware is S1's share for this policy: Fit and Score of a one-card share on 500
+// BenchmarkFragAware is S1's share for this policy: FitWith and ScoreWith (one Scratch, as the
+// extender's Evaluate) of a one-card share on 500
 // nodes of 8 cards, half used, against a mix of 24 classes (as many as the default trace has).
 func BenchmarkFragAware(b *testing.B) {
 	for _, policy := range []annotations.Policy{annotations.PolicyBinpack, annotations.PolicyFragAware} {
@@ -289,12 +290,13 @@ func BenchmarkFragAware(b *testing.B) {
 			for i := range nodes {
 				nodes[i] = faNode(fmt.Sprint("n", i), "G2", 100, 100, 100, 100, (i*7)%60, (i*13)%50, 0, 0)
 			}
+			var s Scratch
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				for _, n := range nodes {
-					if plan, r := p.Fit(n, mix); r == nil {
-						p.Score(n, plan, mix)
+					if plan, r := p.FitWith(n, mix, &s); r == nil {
+						p.ScoreWith(n, plan, mix, &s)
 					}
 				}
 			}

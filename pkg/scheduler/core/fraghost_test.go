@@ -39,11 +39,10 @@ func TestExpectedFragCountsCardsTheHostCannotFeed(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.node.SetHost(c.cpu, 0)
-			var views []cardView
-			for i := range c.node.Cards {
-				views = appendView(views, &c.node.Cards[i], c.node.Cards[i].Usage)
-			}
-			if got := expectedFragHost(views, c.mix, &c.node.Host, HostRequest{}); math.Abs(got-c.want) > 1e-9 {
+			var s fragState
+			s.prepare(c.node, c.mix, 0)
+			s.listNode()
+			if got := s.expected(&c.node.Host, HostRequest{}); math.Abs(got-c.want) > 1e-9 {
 				t.Errorf("F(M) = %v, want %v", got, c.want)
 			}
 		})

@@ -96,6 +96,7 @@ type TaskMix struct {
 
 	index map[classKey]int // Classes by key; rebuilt when nil
 	step  float64          // the weight of one container now (aging grows it; 0 means 1)
+	frag  fragIndex        // the classes the frag-aware policy counts; rebuilt by Add
 }
 
 // MaxClasses bounds the classes of a mix. The shared production traces have 53 to 362 classes.
@@ -125,6 +126,11 @@ func ClassOf(r *annotations.ContainerRequest, sel *annotations.Selector) TaskCla
 
 // Add counts weight more containers of class t.
 func (m *TaskMix) Add(t TaskClass, weight float64) {
+	m.add(t, weight)
+	m.frag.build(m)
+}
+
+func (m *TaskMix) add(t TaskClass, weight float64) {
 	if m.step == 0 {
 		m.step = 1
 	}
@@ -205,5 +211,16 @@ func (m *TaskMix) Clone() *TaskMix {
 		return nil
 	}
 	c := &TaskMix{Total: m.Total, Classes: slices.Clone(m.Classes), HalfLife: m.HalfLife, step: m.step}
+	c.frag.build(c)
 	return c
+}
+
+// fragIndex returns the mix's fragIndex, or builds one into own when the mix was changed other than
+// by Add (its Total or class count differ from those the index was built for).
+func (m *TaskMix) fragIndex(own *fragIndex) *fragIndex {
+	if x := &m.frag; x.built && x.total == m.Total && x.classes == len(m.Classes) {
+		return x
+	}
+	own.build(m)
+	return own
 }

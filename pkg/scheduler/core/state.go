@@ -269,7 +269,15 @@ func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 	n := &NodeState{Name: name, Cards: make([]Card, len(inv.GPUs)), byUUID: make(map[string]int, len(inv.GPUs)),
 		Kubelet: inv.Kubelet, Sharing: inv.Sharing, kubelet: newKubeletNode(&inv)}
 	for i, g := range inv.GPUs {
-		n.Cards[i] = Card{GPU: g, modelLower: strings.ToLower(g.Model), refs: make([]int32, max(g.Shares, 1))}
+		lower := strings.ToLower(g.Model)
+		// Cards of one model share one string, which compares by pointer (cheaply) in the scorers.
+		for j := range i {
+			if n.Cards[j].modelLower == lower {
+				lower = n.Cards[j].modelLower
+				break
+			}
+		}
+		n.Cards[i] = Card{GPU: g, modelLower: lower, refs: make([]int32, max(g.Shares, 1))}
 		n.byUUID[g.UUID] = i
 	}
 	n.Models = modelSummary(n.Cards)

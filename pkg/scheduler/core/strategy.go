@@ -23,6 +23,8 @@ type NodeInput struct {
 	Node *NodeState
 	Plan *Plan
 	Mix  *TaskMix
+
+	frag *fragKeep // where a Scratch keeps the frag-aware policy's work on the node (nil: nowhere)
 }
 
 // Before returns the usage of card i before the placement.
@@ -45,6 +47,8 @@ type CardInput struct {
 	Mix     *TaskMix
 	// Host is the pod's CPU and memory request (Pod.Host); Node.Host is the node before the pod.
 	Host HostRequest
+
+	frag *fragKeep // where a Scratch keeps the frag-aware policy's work on the node (nil: nowhere)
 }
 
 // CardStrategy ranks cards inside a node: Score higher is better (ties go to the lower card index).
