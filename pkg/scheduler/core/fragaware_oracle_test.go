@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -61,25 +62,63 @@ func oracleFragAwareCard(in *CardInput) float64 {
 	}
 	b, a := oracleNewView(in.Card, in.Before), oracleNewView(in.Card, in.After)
 	delta, total := 0.0, 0.0
-	least := fragMinShare * in.Mix.Total
+	weights := oracleWeights(in.Mix)
 	for ci := range in.Mix.Classes {
-		t := &in.Mix.Classes[ci]
-		if t.Weight < least || t.Weight <= 0 {
+		t, w := &in.Mix.Classes[ci], weights[ci]
+		if w == 0 {
 			continue
 		}
-		total += t.Weight
+		total += w
 		count, frag, free := oracleClassFrag(views, t)
 		hostCap := oracleHostCapacity(t, &in.Node.Host, in.Host)
 		if hostCap <= 0 {
 			// The class cannot run on the node once the pod is there: all free capacity counts.
-			delta += t.Weight * (a.free - b.free)
+			delta += w * (a.free - b.free)
 			continue
 		}
 		fb := oracleFinishFrag(t, count, frag, free, hostCap, &b)
 		fa := oracleFinishFrag(t, count, frag, free, hostCap, &a)
-		delta += t.Weight * (fa - fb)
+		delta += w * (fa - fb)
 	}
 	return -delta/total + fragTieBreak*in.Card.Utilization(in.After)
+}
+
+// oracleWeights is, per class of mix, the weight it counts with (0: it does not count): its own
+// when positive and at least fragMinShare of the mix; for the heaviest class (the first of equals)
+// of a model-constrained kind (the classes equal in all but weight and host CPU and memory) none of
+// whose classes reaches fragMinShare alone, the kind's summed weight when that reaches it.
+func oracleWeights(mix *TaskMix) []float64 {
+	least := fragMinShare * mix.Total
+	weights := make([]float64, len(mix.Classes))
+	for i := range mix.Classes {
+		t := &mix.Classes[i]
+		if t.Weight <= 0 {
+			continue
+		}
+		if t.Weight >= least {
+			weights[i] = t.Weight
+			continue
+		}
+		if len(t.Models) == 0 {
+			continue
+		}
+		kind, top, seen := 0.0, -1, false
+		for j := range mix.Classes {
+			u := &mix.Classes[j]
+			if u.Cards == t.Cards && u.Whole == t.Whole && u.MemMiB == t.MemMiB && u.MemPercent == t.MemPercent &&
+				u.Cores == t.Cores && slices.Equal(u.Models, t.Models) {
+				kind += u.Weight
+				seen = seen || u.Weight >= least
+				if top < 0 || u.Weight > mix.Classes[top].Weight {
+					top = j
+				}
+			}
+		}
+		if top == i && !seen && kind >= least {
+			weights[i] = kind
+		}
+	}
+	return weights
 }
 
 // oracleView is what fragmentation needs of one card in one usage, with how many identical cards
@@ -176,15 +215,15 @@ func oracleFinishFrag(t *TaskClass, count int, frag, total, hostCap float64, v *
 // oracleExpectedFragHost is F(M) of the cards in views, in cards, on a node with host resources h less extra.
 func oracleExpectedFragHost(views []oracleView, mix *TaskMix, h *HostState, extra HostRequest) float64 {
 	sum, weight := 0.0, 0.0
-	least := fragMinShare * mix.Total
+	weights := oracleWeights(mix)
 	for ci := range mix.Classes {
-		t := &mix.Classes[ci]
-		if t.Weight < least || t.Weight <= 0 {
+		t, w := &mix.Classes[ci], weights[ci]
+		if w == 0 {
 			continue
 		}
-		weight += t.Weight
+		weight += w
 		count, frag, total := oracleClassFrag(views, t)
-		sum += t.Weight * oracleFragOf(t, count, frag, total, oracleHostCapacity(t, h, extra))
+		sum += w * oracleFragOf(t, count, frag, total, oracleHostCapacity(t, h, extra))
 	}
 	if weight == 0 {
 		return 0
