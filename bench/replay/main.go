@@ -53,6 +53,10 @@ func run() error {
 	shares := fs.Int("shares", 0, "device IDs per card (annotations.GPU.Shares); 0 picks floor(1000 / smallest fractional gpu_milli), which never limits before memory and compute")
 	ignoreHost := fs.Bool("ignore-host", false, "diagnostic, not the protocol: let every pod fit every node's CPU and memory, to see what the GPU placement alone achieves")
 	coreHost := fs.Bool("core-host", true, "give the core the nodes' and pods' CPU and memory (NodeState.Host, Pod.Host, the mix's classes); false hides them from it as before it knew them (the replay still checks them)")
+	why := fs.Bool("why", false, "diagnostic: after the table, per run, the GPU pods that fit nowhere by kind (cpu, frac, 1, 2, 4, 8 cards; +spec when they name models) and reason (no node had the cards; some had the cards but not the CPU or memory), and where the free GPUs sit at the end by node size")
+	blends := fs.StringArray("blend", nil, `replay a blend instead of the pod lists: "kind=weight,...[,spec=p]" resamples the --pods lists together, a kind (cpu, frac, 1, 2, 4, 8) drawn in proportion to its weight (1 when not named), and with spec=p a GPU pod without gpu_spec gets one of the pool's with chance p (see sim.Blend); repeat the flag for several blends`)
+	blendRows := fs.Int("blend-rows", 0, "pods per blend; 0 means the pool's rows / the number of --pods lists")
+	blendSeed := fs.Uint64("blend-seed", 1, "seed of the blends' draw (the replay's --seeds then shuffle and sample each blend as a pod list)")
 	parallel := fs.Int("parallel", 0, "seeds replayed at once; 0 means GOMAXPROCS")
 	format := fs.String("format", string(sim.FormatText), `output: "text" (aligned table) or "markdown"`)
 	perSeed := fs.Bool("per-seed", false, "also print one line per seed")
@@ -89,6 +93,14 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	var blendList []sim.Blend
+	for _, b := range *blends {
+		bl, err := sim.ParseBlend(b)
+		if err != nil {
+			return fmt.Errorf("--blend: %w", err)
+		}
+		blendList = append(blendList, bl)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return sim.RunBatch(ctx, sim.BatchConfig{
@@ -97,8 +109,9 @@ func run() error {
 			Seeds: seedList, Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods),
 			Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit), KubeWeight: *kubeWeight, KubeResourceScores: *kubeResources,
 			Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
-			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost,
+			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost, Why: *why,
 		},
+		Blends: blendList, BlendRows: *blendRows, BlendSeed: *blendSeed,
 		Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
 	}, os.Stdout)
 }

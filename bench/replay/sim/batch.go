@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,11 @@ type BatchConfig struct {
 	// its Nodes, Pods, NodePolicy and GPUPolicy.
 	Replay Config
 	Format Format
+	// Blends, when set, replace the pod lists by blends resampled from all of them together
+	// (BlendRows pods each, drawn with BlendSeed).
+	Blends    []Blend
+	BlendRows int
+	BlendSeed uint64
 	// PerSeed prints one line per seed as well.
 	PerSeed bool
 	Log     logr.Logger
@@ -123,11 +129,30 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 		res  *Result
 	}
 	var rows []row
+	lists, names := make([][]trace.Pod, 0, len(c.PodsFiles)), make([]string, 0, len(c.PodsFiles))
 	for _, pf := range c.PodsFiles {
 		pods, err := trace.LoadPods(pf)
 		if err != nil {
 			return err
 		}
+		lists, names = append(lists, pods), append(names, pf)
+	}
+	if len(c.Blends) > 0 {
+		var pool []trace.Pod
+		for _, l := range lists {
+			pool = append(pool, l...)
+		}
+		lists, names = lists[:0], names[:0]
+		for i := range c.Blends {
+			pods, err := c.Blends[i].Make(pool, cmp.Or(c.BlendRows, len(pool)/max(len(c.PodsFiles), 1)), c.BlendSeed)
+			if err != nil {
+				return err
+			}
+			lists, names = append(lists, pods), append(names, "blend "+c.Blends[i].String())
+		}
+	}
+	for li, pods := range lists {
+		pf := names[li]
 		for _, pair := range c.Pairs {
 			cfg := c.Replay
 			cfg.Nodes, cfg.Pods, cfg.NodePolicy, cfg.GPUPolicy = nodes, pods, pair[0], pair[1]
@@ -166,6 +191,11 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 		for _, l := range lines {
 			fmt.Fprintf(out, "| %s |\n", strings.Join(l, " | "))
 		}
+		if c.Replay.Why {
+			for _, r := range rows {
+				printWhy(out, r.pods, r.res)
+			}
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -173,7 +203,15 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 	for _, l := range lines {
 		fmt.Fprintln(tw, strings.Join(l, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if c.Replay.Why {
+		for _, r := range rows {
+			printWhy(out, r.pods, r.res)
+		}
+	}
+	return nil
 }
 
 // traceName shortens a pod-list path to the trace's variant, e.g. "default" for

@@ -107,6 +107,8 @@ type Config struct {
 	// NodeByNode asks the core about every node instead of once per distinct card state (slow;
 	// for checking the grouping).
 	NodeByNode bool
+	// Why fills SeedResult.Why: why GPU pods failed and where the free GPUs sit at the end.
+	Why bool
 }
 
 func (c *Config) validate() error {
@@ -171,6 +173,8 @@ type SeedResult struct {
 	Elapsed   time.Duration
 	// Placements is filled when Config.Record is set: per arrival, the node index or -1.
 	Placements []int
+	// Why is filled when Config.Why is set.
+	Why *Why
 }
 
 // Result is a replay over every seed.
@@ -282,8 +286,10 @@ type simNode struct {
 	model            string
 	// usedMilli is the milli-GPU held on each card, by the trace's numbers (for the measures).
 	usedMilli []int64
-	state     *core.NodeState
-	group     int
+	// cpuPodMilli is the CPU held by CPU-only pods (for Config.Why).
+	cpuPodMilli int64
+	state       *core.NodeState
+	group       int
 	// ignoreHost is Config.IgnoreHost.
 	ignoreHost bool
 }
@@ -319,6 +325,9 @@ type replay struct {
 func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
 	start := time.Now()
 	res := SeedResult{Seed: seed, FirstFail: nanValue()}
+	if r.cfg.Why {
+		res.Why = newWhy()
+	}
 	r.sim = make([]simNode, len(r.nodes))
 	r.byKey = map[string]int{}
 	r.groups = nil
@@ -353,7 +362,7 @@ func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
 		res.Arrived++
 		var node int
 		if spec.request.Empty() {
-			node = r.placeCPU(spec)
+			node = r.placeCPU(spec, res.Why)
 		} else {
 			var err error
 			if node, err = r.placeGPU(spec, r.pods[idx]); err != nil {
@@ -363,6 +372,9 @@ func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
 				res.FailedGPU++
 				if res.FailedGPU == 1 {
 					res.FirstFail = 100 * float64(arrived) / float64(r.capacity)
+				}
+				if res.Why != nil {
+					r.whyFailed(res.Why, spec.row)
 				}
 			}
 		}
@@ -383,6 +395,9 @@ func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
 		}
 	}
 	res.AllocEnd = 100 * float64(allocated) / float64(r.capacity)
+	if res.Why != nil {
+		r.whyFree(res.Why)
+	}
 	res.CoreCalls = r.calls
 	res.Elapsed = time.Since(start)
 	return res, nil
@@ -520,7 +535,7 @@ func kubeResourceScores(n *simNode, p *trace.Pod, fit CPUPodPolicy) int64 {
 
 // placeCPU places a CPU-only pod by kube-scheduler's resource scoring (ties go to the smaller name)
 // and returns the node, or -1 when it fits nowhere.
-func (r *replay) placeCPU(spec *podSpec) int {
+func (r *replay) placeCPU(spec *podSpec, why *Why) int {
 	best, bestScore := -1, 0.0
 	for ni := range r.sim {
 		n := &r.sim[ni]
@@ -538,8 +553,12 @@ func (r *replay) placeCPU(spec *podSpec) int {
 	if best < 0 {
 		return -1
 	}
+	if why != nil {
+		why.whyCPU(&r.sim[best])
+	}
 	r.sim[best].cpuFree -= spec.row.CPUMilli
 	r.sim[best].memFree -= spec.row.MemoryMiB
+	r.sim[best].cpuPodMilli += spec.row.CPUMilli
 	if r.cfg.coreHost() {
 		r.sim[best].state.HoldHost(core.HostRequest{CPUMilli: spec.row.CPUMilli, MemMiB: spec.row.MemoryMiB})
 		r.regroup(best)

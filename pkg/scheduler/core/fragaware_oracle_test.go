@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,9 +12,10 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
-// The frag-aware policy as it was before its speed-up (commit 2a65af6 of fragaware.go), kept
-// verbatim but for the names as the oracle of TestFragAwareMatchesOracle: the fast implementation
-// must return the same scores, bit for bit.
+// The frag-aware policy as it was before its speed-up (fragaware.go and fraghost.go of commit
+// 1870a9b, the host-capacity rule on the code of 2a65af6), kept verbatim but for the names as the
+// oracle of TestFragAwareMatchesOracle: the fast implementation must return the same scores, bit
+// for bit.
 
 // oracleFragAwareNode scores a node by the change of its expected fragmentation under the plan.
 func oracleFragAwareNode(in *NodeInput) float64 {
@@ -60,24 +62,63 @@ func oracleFragAwareCard(in *CardInput) float64 {
 	}
 	b, a := oracleNewView(in.Card, in.Before), oracleNewView(in.Card, in.After)
 	delta, total := 0.0, 0.0
-	least := fragMinShare * in.Mix.Total
+	weights := oracleWeights(in.Mix)
 	for ci := range in.Mix.Classes {
-		t := &in.Mix.Classes[ci]
-		if t.Weight < least || t.Weight <= 0 {
+		t, w := &in.Mix.Classes[ci], weights[ci]
+		if w == 0 {
 			continue
 		}
-		total += t.Weight
+		total += w
 		count, frag, free := oracleClassFrag(views, t)
-		if !t.HostFits(&in.Node.Host, in.Host) {
+		hostCap := oracleHostCapacity(t, &in.Node.Host, in.Host)
+		if hostCap <= 0 {
 			// The class cannot run on the node once the pod is there: all free capacity counts.
-			delta += t.Weight * (a.free - b.free)
+			delta += w * (a.free - b.free)
 			continue
 		}
-		fb := oracleFinishFrag(t, count, frag, free, &b)
-		fa := oracleFinishFrag(t, count, frag, free, &a)
-		delta += t.Weight * (fa - fb)
+		fb := oracleFinishFrag(t, count, frag, free, hostCap, &b)
+		fa := oracleFinishFrag(t, count, frag, free, hostCap, &a)
+		delta += w * (fa - fb)
 	}
 	return -delta/total + fragTieBreak*in.Card.Utilization(in.After)
+}
+
+// oracleWeights is, per class of mix, the weight it counts with (0: it does not count): its own
+// when positive and at least fragMinShare of the mix; for the heaviest class (the first of equals)
+// of a model-constrained kind (the classes equal in all but weight and host CPU and memory) none of
+// whose classes reaches fragMinShare alone, the kind's summed weight when that reaches it.
+func oracleWeights(mix *TaskMix) []float64 {
+	least := fragMinShare * mix.Total
+	weights := make([]float64, len(mix.Classes))
+	for i := range mix.Classes {
+		t := &mix.Classes[i]
+		if t.Weight <= 0 {
+			continue
+		}
+		if t.Weight >= least {
+			weights[i] = t.Weight
+			continue
+		}
+		if len(t.Models) == 0 {
+			continue
+		}
+		kind, top, seen := 0.0, -1, false
+		for j := range mix.Classes {
+			u := &mix.Classes[j]
+			if u.Cards == t.Cards && u.Whole == t.Whole && u.MemMiB == t.MemMiB && u.MemPercent == t.MemPercent &&
+				u.Cores == t.Cores && slices.Equal(u.Models, t.Models) {
+				kind += u.Weight
+				seen = seen || u.Weight >= least
+				if top < 0 || u.Weight > mix.Classes[top].Weight {
+					top = j
+				}
+			}
+		}
+		if top == i && !seen && kind >= least {
+			weights[i] = kind
+		}
+	}
+	return weights
 }
 
 // oracleView is what fragmentation needs of one card in one usage, with how many identical cards
@@ -159,41 +200,70 @@ func oracleClassFrag(views []oracleView, t *TaskClass) (count int, frag, total f
 	return count, frag, total
 }
 
-// oracleFinishFrag adds one more card (view v) to the sums of oracleClassFrag and returns F(t).
-func oracleFinishFrag(t *TaskClass, count int, frag, total float64, v *oracleView) float64 {
+// oracleFinishFrag adds one more card (view v) to the sums of oracleClassFrag and returns F(t), the
+// class's host capacity being hostCap (oracleHostCapacity).
+func oracleFinishFrag(t *TaskClass, count int, frag, total, hostCap float64, v *oracleView) float64 {
 	total += v.free
 	if v.hosts(t) {
 		count++
 	} else {
 		frag += v.free
 	}
-	if count < t.Cards {
-		return total
-	}
-	return frag
+	return oracleFragOf(t, count, frag, total, hostCap)
 }
 
 // oracleExpectedFragHost is F(M) of the cards in views, in cards, on a node with host resources h less extra.
 func oracleExpectedFragHost(views []oracleView, mix *TaskMix, h *HostState, extra HostRequest) float64 {
 	sum, weight := 0.0, 0.0
-	least := fragMinShare * mix.Total
+	weights := oracleWeights(mix)
 	for ci := range mix.Classes {
-		t := &mix.Classes[ci]
-		if t.Weight < least || t.Weight <= 0 {
+		t, w := &mix.Classes[ci], weights[ci]
+		if w == 0 {
 			continue
 		}
-		weight += t.Weight
+		weight += w
 		count, frag, total := oracleClassFrag(views, t)
-		if count < t.Cards || !t.HostFits(h, extra) {
-			sum += t.Weight * total
-		} else {
-			sum += t.Weight * frag
-		}
+		sum += w * oracleFragOf(t, count, frag, total, oracleHostCapacity(t, h, extra))
 	}
 	if weight == 0 {
 		return 0
 	}
 	return sum / weight
+}
+
+// oracleHostCapacity is the GPU capacity, in cards, that pods of class t can still take on a node
+// whose CPU and memory are h less extra. For a whole-card class: as many pods as the free CPU and
+// memory hold, fractions included, times the class's cards; +Inf when neither resource limits the
+// class (unknown, or not asked for); 0 when not one pod fits. A shared class keeps FGD's rule
+// alone: +Inf when one pod fits, else 0.
+func oracleHostCapacity(t *TaskClass, h *HostState, extra HostRequest) float64 {
+	if !t.Whole {
+		if t.HostFits(h, extra) {
+			return math.Inf(1)
+		}
+		return 0
+	}
+	pods := math.Inf(1)
+	if h.AllocCPUMilli > 0 && t.HostCPUMilli > 0 {
+		pods = float64(h.AllocCPUMilli-h.UsedCPUMilli-extra.CPUMilli) / float64(t.HostCPUMilli)
+	}
+	if h.AllocMemMiB > 0 && t.HostMemMiB > 0 {
+		pods = min(pods, float64(h.AllocMemMiB-h.UsedMemMiB-extra.MemMiB)/float64(t.HostMemMiB))
+	}
+	if pods < 1 {
+		return 0
+	}
+	return pods * float64(t.Cards)
+}
+
+// oracleFragOf is F(t) of a node from the sums of oracleClassFrag (count, frag, total) and
+// oracleHostCapacity: all free capacity when t cannot run on the node, otherwise what t cannot
+// reach, card by card or for want of CPU and memory.
+func oracleFragOf(t *TaskClass, count int, frag, total, hostCap float64) float64 {
+	if count < t.Cards || hostCap <= 0 {
+		return total
+	}
+	return max(frag, total-hostCap)
 }
 
 // TestFragAwareMatchesOracle compares the frag-aware scores with the oracle's (the implementation

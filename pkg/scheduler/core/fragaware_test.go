@@ -143,6 +143,28 @@ func TestExpectedFragModelRule(t *testing.T) {
 	}
 }
 
+// A model-constrained kind of request counts when its classes together reach fragMinShare of the
+// mix, though host buckets split it into classes that each weigh less. The mix: half-card shares,
+// weight 1000, and one-card T4-only pods asking 1 to 10 CPUs, weight 1 each: each 1/1010 < 0.5 %,
+// together 10/1010 ≈ 1 %, counted as one class of weight 10. A half-card share on a (one empty T4)
+// leaves no whole T4 card: F(T4) goes from 0 to 0.5, ΔF = +10·0.5/1010. On b (one empty A100),
+// which the T4 pods cannot use: F(T4) goes from 1 to 0.5, ΔF = −10·0.5/1010. frag-aware must take
+// b; with each class held to the threshold alone only the shares count, ΔF = 0 on both, and the
+// tie goes to a (equal use after, the smaller name).
+func TestFragAwareCountsAKindSplitByHostBuckets(t *testing.T) {
+	mix := &TaskMix{}
+	share, t4 := faShare(50), faWhole(1)
+	mix.Add(ClassOf(&share, &annotations.Selector{}), 1000)
+	for cpu := range 10 {
+		c := ClassOf(&t4, &annotations.Selector{UseTypes: []string{"t4"}})
+		c.HostCPUMilli = int64(cpu+1) * HostCPUBucket
+		mix.Add(c, 1)
+	}
+	if got, _ := faPlace(t, annotations.PolicyFragAware, share, mix, faNode("a", "Tesla T4", 0), faNode("b", "NVIDIA A100", 0)); got != "b" {
+		t.Errorf("frag-aware chose %s, want b (a's only card is the T4 pods')", got)
+	}
+}
+
 // TestFragAwareChoosesDifferentlyFromBinpack: small clusters where binpack and frag-aware must
 // disagree, with the arithmetic of both.
 func TestFragAwareChoosesDifferentlyFromBinpack(t *testing.T) {

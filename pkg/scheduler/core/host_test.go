@@ -81,7 +81,8 @@ func TestTaskMixHostBuckets(t *testing.T) {
 }
 
 // Two nodes with two empty cards each. The mix is one-card whole pods asking 4 CPUs. Putting the pod
-// (one card, 4 CPUs) on n1 (5 CPUs) leaves 1 CPU: its last card becomes unusable, ΔF = +1 card.
+// (one card, 4 CPUs) on n1 (5 CPUs) leaves 1 CPU: its last card becomes unusable. Before, n1's CPU
+// fed 5/4 = 1.25 pods, so 2 − 1.25 = 0.75 card was already out of reach (hostCapacity): ΔF = +0.25.
 // On n2 (8 CPUs) 4 CPUs remain for one more such pod: ΔF = 0. binpack sees equal cards and takes n1
 // (the smaller name); frag-aware must take n2, and without host resources it cannot tell them apart.
 func TestFragAwareCountsHostFragmentation(t *testing.T) {
@@ -127,11 +128,11 @@ func TestFragAwareCountsHostFragmentation(t *testing.T) {
 	if math.Abs(score-5) > 1e-6 {
 		t.Errorf("n2 score %v, want 5", score)
 	}
-	// n1: ΔF = +1 card, score 10/(1+e^4).
+	// n1: ΔF = +0.25 card, score 10/(1+e^(4×0.25)).
 	p := hostPod(t, annotations.PolicyFragAware, faWhole(1), host)
 	n1 := nodes(true)[0]
 	plan, _ := p.Fit(n1, mix)
-	if s, want := p.Score(n1, plan, mix), MaxScore/(1+math.Exp(fragSlope)); math.Abs(s-want) > 1e-6 {
+	if s, want := p.Score(n1, plan, mix), MaxScore/(1+math.Exp(fragSlope*0.25)); math.Abs(s-want) > 1e-6 {
 		t.Errorf("n1 score %v, want %v", s, want)
 	}
 }

@@ -1,0 +1,77 @@
+package core
+
+import (
+	"math"
+	"testing"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// hostMix is a mix of one class: req's container, its pod asking host of the node.
+func hostMix(req annotations.ContainerRequest, host HostRequest) *TaskMix {
+	m := &TaskMix{}
+	m.AddPodHost(&annotations.PodRequest{Containers: []annotations.ContainerRequest{req}}, &annotations.Selector{}, host)
+	return m
+}
+
+// F(m) counts the free cards that m could use card by card but never reaches, for want of CPU: as
+// many of m's pods as the free CPU holds (fractions included), each taking its cards.
+func TestExpectedFragCountsCardsTheHostCannotFeed(t *testing.T) {
+	oneCard := hostMix(faWhole(1), HostRequest{CPUMilli: 10000})
+	cases := []struct {
+		name string
+		node *NodeState
+		cpu  int64 // the node's free CPU, millicores
+		mix  *TaskMix
+		want float64 // cards
+	}{
+		// 5 free cards, CPU for 30/10 = 3 pods of one card: 5 − 3 = 2 cards out of reach.
+		{name: "CPU for fewer pods than free cards", node: faNode("n", "A", 0, 0, 0, 0, 0), cpu: 30000, mix: oneCard, want: 2},
+		// CPU for 25/10 = 2.5 pods: 5 − 2.5 = 2.5 (the class stands for a spread of requests).
+		{name: "a fraction of a pod counts", node: faNode("n", "A", 0, 0, 0, 0, 0), cpu: 25000, mix: oneCard, want: 2.5},
+		// CPU for 100/10 = 10 pods ≥ 5 cards: nothing out of reach.
+		{name: "CPU to spare", node: faNode("n", "A", 0, 0, 0, 0, 0), cpu: 100000, mix: oneCard, want: 0},
+		// CPU for 0.8 of a pod: not one pod runs, every free card counts (FGD's rule).
+		{name: "not one pod", node: faNode("n", "A", 0, 0, 0, 0, 0), cpu: 8000, mix: oneCard, want: 5},
+		// Card 0 (free 0.6) cannot host a whole card; of cards 1 and 2, CPU feeds one: 0.6 + 1.
+		{name: "cards too full and CPU both", node: faNode("n", "A", 40, 0, 0), cpu: 10000, mix: oneCard, want: 1.6},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.node.SetHost(c.cpu, 0)
+			var s fragState
+			s.prepare(c.node, c.mix, 0)
+			s.listNode()
+			if got := s.expected(&c.node.Host, HostRequest{}); math.Abs(got-c.want) > 1e-9 {
+				t.Errorf("F(M) = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// A one-card pod asking 30 CPUs, in a mix of one-card pods asking 10. On a (3 empty cards, 40 CPUs)
+// it leaves 2 cards and 10 CPUs: CPU for one more pod, one card out of reach, ΔF = +1. On b (2 of 4
+// cards held whole, 100 CPUs) it leaves 1 card and 70 CPUs, ΔF = 0: frag-aware must take b. FGD's
+// rule (a node counts as fragmented for m only when not one pod of m fits) sees ΔF = 0 on both,
+// and the tie-break (card and CPU use after: 0.75 on both) gives a, the smaller name.
+func TestFragAwareKeepsCPUForTheFreeCards(t *testing.T) {
+	mix := hostMix(faWhole(1), HostRequest{CPUMilli: 10000})
+	a, b := faNode("a", "A", 0, 0, 0), faNode("b", "A", 100, 100, 0, 0)
+	a.SetHost(40000, 0)
+	b.SetHost(100000, 0)
+	p := hostPod(t, annotations.PolicyFragAware, faWhole(1), HostRequest{CPUMilli: 30000})
+	var best Candidate
+	for i, n := range []*NodeState{a, b} {
+		plan, r := p.Fit(n, mix)
+		if r != nil {
+			t.Fatalf("%s: %s", n.Name, r)
+		}
+		c := Candidate{Name: n.Name, Score: p.Score(n, plan, mix)}
+		if i == 0 || c.Better(best) {
+			best = c
+		}
+	}
+	if best.Name != "b" {
+		t.Errorf("frag-aware chose %s, want b (a keeps a card it has no CPU for)", best.Name)
+	}
+}
