@@ -84,7 +84,9 @@ const fragTieBreak = 1e-9
 // reaches it summed over them, counts as one class: its heaviest, with the kind's weight. Without
 // it frag-aware kept no room for such requests: the spec=0.5 blend of the four shared traces (core
 // scoring) allocated 84.56 % of the GPUs at 130 % arrival on seed 42 and 87.13 % on seeds 43–46,
-// against 88.11 and 88.92 % with it (binpack 86.93 on seed 42). Unconstrained kinds stay out:
+// against 88.11 and 88.92 % with it (binpack 86.93 on seed 42); on seeds 47–51, checked before it
+// was kept, 87.31 → 88.92 % (binpack 86.49), and the cpu=3 blend 84.31 → 84.41 % (binpack 73.27).
+// Unconstrained kinds stay out:
 // counting them too (all of a kind's classes, or one as here) cost up to 0.7 on the cpu=3 blend.
 const fragMinShare = 0.005
 
