@@ -116,4 +116,3 @@ func reasonText(r *core.Reason) string {
 	}
 	return r.String()
 }
-
