@@ -60,18 +60,7 @@ func TestFragAwareKeepsCPUForTheFreeCards(t *testing.T) {
 	a.SetHost(40000, 0)
 	b.SetHost(100000, 0)
 	p := hostPod(t, annotations.PolicyFragAware, faWhole(1), HostRequest{CPUMilli: 30000})
-	var best Candidate
-	for i, n := range []*NodeState{a, b} {
-		plan, r := p.Fit(n, mix)
-		if r != nil {
-			t.Fatalf("%s: %s", n.Name, r)
-		}
-		c := Candidate{Name: n.Name, Score: p.Score(n, plan, mix)}
-		if i == 0 || c.Better(best) {
-			best = c
-		}
-	}
-	if best.Name != "b" {
+	if best := bestNode(t, p, mix, a, b); best.Name != "b" {
 		t.Errorf("frag-aware chose %s, want b (a keeps a card it has no CPU for)", best.Name)
 	}
 }

@@ -149,8 +149,17 @@ func TestFragAwareTieBreakSeesCPU(t *testing.T) {
 	n1.HoldHost(HostRequest{CPUMilli: 8000})
 	n2.SetHost(10000, 0)
 	p := hostPod(t, annotations.PolicyFragAware, faWhole(1), host)
+	if best := bestNode(t, p, mix, n1, n2); best.Name != "n2" {
+		t.Errorf("frag-aware chose %s, want n2 (less CPU used)", best.Name)
+	}
+}
+
+// bestNode is the candidate pod p's policy picks among nodes (every one must fit), as Decide
+// compares them.
+func bestNode(t *testing.T, p *Pod, mix *TaskMix, nodes ...*NodeState) Candidate {
+	t.Helper()
 	var best Candidate
-	for i, n := range []*NodeState{n1, n2} {
+	for i, n := range nodes {
 		plan, r := p.Fit(n, mix)
 		if r != nil {
 			t.Fatalf("%s: %s", n.Name, r)
@@ -160,7 +169,5 @@ func TestFragAwareTieBreakSeesCPU(t *testing.T) {
 			best = c
 		}
 	}
-	if best.Name != "n2" {
-		t.Errorf("frag-aware chose %s, want n2 (less CPU used)", best.Name)
-	}
+	return best
 }
