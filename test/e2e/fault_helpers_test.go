@@ -315,18 +315,7 @@ func (e *env) holdings(t *testing.T, names ...string) map[string]held {
 	out := map[string]held{}
 	var swapped []string
 	for _, name := range names {
-		p := e.get(t, name)
-		raw, ok := p.Annotations[annotations.GPUAssignment]
-		if !ok {
-			t.Fatalf("pod %s has no %s", name, annotations.GPUAssignment)
-		}
-		a, err := annotations.DecodeAssignment(raw)
-		if err != nil {
-			t.Fatalf("pod %s: %v", name, err)
-		}
-		if a.Node != p.Spec.NodeName {
-			t.Errorf("pod %s: assignment names node %s, pod is bound to %s", name, a.Node, p.Spec.NodeName)
-		}
+		p, a := e.assignment(t, name)
 		for _, c := range p.Spec.Containers {
 			ref := stack.ContainerRef{Namespace: namespace, Pod: name, Container: c.Name}
 			got := devicesOf(a.Node)[ref]

@@ -259,6 +259,25 @@ func (h held) UUIDs() []string {
 	return out
 }
 
+// assignment is pod name and the extender's assignment on it, which must name the node the pod
+// is bound to.
+func (e *env) assignment(t *testing.T, name string) (*corev1.Pod, annotations.Assignment) {
+	t.Helper()
+	p := e.get(t, name)
+	raw, ok := p.Annotations[annotations.GPUAssignment]
+	if !ok {
+		t.Fatalf("pod %s has no %s", name, annotations.GPUAssignment)
+	}
+	a, err := annotations.DecodeAssignment(raw)
+	if err != nil {
+		t.Fatalf("pod %s: %v", name, err)
+	}
+	if a.Node != p.Spec.NodeName {
+		t.Errorf("pod %s: assignment names node %s, pod is bound to %s", name, a.Node, p.Spec.NodeName)
+	}
+	return p, a
+}
+
 // truth checks each named pod, container by container: the kubelet's PodResources devices equal
 // the extender's assignment (node and device IDs), and the device plugin's allocation record
 // agrees. It returns what each container holds, keyed "pod/container".
@@ -267,18 +286,7 @@ func (e *env) truth(t *testing.T, names ...string) map[string]held {
 	out := map[string]held{}
 	records := map[string]map[stack.ContainerRef][]string{} // node -> PodResources
 	for _, name := range names {
-		p := e.get(t, name)
-		raw, ok := p.Annotations[annotations.GPUAssignment]
-		if !ok {
-			t.Fatalf("pod %s has no %s", name, annotations.GPUAssignment)
-		}
-		a, err := annotations.DecodeAssignment(raw)
-		if err != nil {
-			t.Fatalf("pod %s: %v", name, err)
-		}
-		if a.Node != p.Spec.NodeName {
-			t.Errorf("pod %s: assignment names node %s, pod is bound to %s", name, a.Node, p.Spec.NodeName)
-		}
+		p, a := e.assignment(t, name)
 		if records[a.Node] == nil {
 			devs, err := e.Devices(ctx(t), a.Node)
 			if err != nil {
