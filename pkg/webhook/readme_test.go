@@ -44,6 +44,7 @@ func TestREADMEMessages(t *testing.T) {
 	}{
 		{newPod(annotated("cardinal.io/gpu-assignment", "{}"), main()), cards},
 		{newPod(nodeName("gpu-1"), main("nvidia.com/gpu", "1")), cards},
+		{newPod(scheduler("volcano"), nodeName("gpu-1"), main("nvidia.com/gpu", "1")), cards},
 		{newPod(annotated("nvidia.com/use-gputype", "A100,"), main("nvidia.com/gpu", "1")), cards},
 		{newPod(annotated("nvidia.com/use-gpuuuid", "GPU-1,GPU-2", "nvidia.com/nouse-gpuuuid", "GPU-2"), main("nvidia.com/gpu", "1")), cards},
 		{newPod(annotated("nvidia.com/numa-bind", "yes", "cardinal.io/node-policy", "fastest"), main("nvidia.com/gpu", "1")), cards},
@@ -66,8 +67,8 @@ func TestREADMEMessages(t *testing.T) {
 	if d, ok := IsDenial(err); ok {
 		messages = append(messages, `admission webhook "workloads.webhook.cardinal.io" denied the request: spec.template: `+d.Details[0])
 	}
-	if len(messages) != 18 {
-		t.Fatalf("got %d messages, want 18: %q", len(messages), messages)
+	if len(messages) != 19 {
+		t.Fatalf("got %d messages, want 19: %q", len(messages), messages)
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {

@@ -165,12 +165,22 @@ func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string
 	if !r.deviceEnvAllowed(pod.Namespace) {
 		ds.add(ReasonDeviceEnv, errors.Join(deviceEnvRefusals(&pod.Spec)...))
 	}
-	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
+	if !r.IsGPUPod(pod) {
 		return nil, ds.err()
 	}
-	if pod.Spec.NodeName != "" {
-		ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass card selection: a pod requesting %s is placed by %s, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
-			pod.Spec.NodeName, r.Resources.GPU, r.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
+	// A GPU pod created on a node skips every scheduler, and the device plugin would serve it cards no
+	// scheduler counted: refused whichever scheduler it names (a mirror pod is the kubelet's own).
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; !mirror && pod.Spec.NodeName != "" {
+		if r.placedByCardinal(pod) {
+			ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass card selection: a pod requesting %s is placed by %s, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
+				pod.Spec.NodeName, r.Resources.GPU, r.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
+		} else {
+			ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass scheduling: a pod requesting %s must be bound by its scheduler (%q), so that its cards are counted before it runs; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
+				pod.Spec.NodeName, r.Resources.GPU, pod.Spec.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
+		}
+	}
+	if !r.placedByCardinal(pod) {
+		return nil, ds.err()
 	}
 	req, reqErr := annotations.ParsePodRequest(pod, r.Resources)
 	ds.add(ReasonInvalidRequest, reqErr)

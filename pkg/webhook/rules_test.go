@@ -127,8 +127,19 @@ func TestValidateCreate(t *testing.T) {
 			`spec.nodeName: "gpu-1" is set, which would bypass card selection: a pod requesting nvidia.com/gpu is placed by cardinal-scheduler, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (kubernetes.io/hostname: gpu-1) instead`,
 		}},
 	}, {
-		name: "a pod of another scheduler with spec.nodeName and a bad selector is left to it",
+		name: "a pod of another scheduler with a bad selector is left to it",
+		pod:  oneGPU(scheduler("volcano"), annotated("nvidia.com/use-gputype", ",")),
+	}, {
+		// Created on its node, it would skip every scheduler and get cards nobody counted.
+		name: "a GPU pod of another scheduler with spec.nodeName is refused; its selectors stay its scheduler's",
 		pod:  oneGPU(scheduler("volcano"), nodeName("gpu-1"), annotated("nvidia.com/use-gputype", ",")),
+		wantDenial: &Denial{Reason: ReasonNodeName, Details: []string{
+			`spec.nodeName: "gpu-1" is set, which would bypass scheduling: a pod requesting nvidia.com/gpu must be bound by its scheduler ("volcano"), so that its cards are counted before it runs; remove spec.nodeName and pin the node with spec.nodeSelector (kubernetes.io/hostname: gpu-1) instead`,
+		}},
+	}, {
+		name:  "a pod of another scheduler with spec.nodeName and no GPU is admitted",
+		pod:   newPod(scheduler("volcano"), nodeName("gpu-1"), containers(ctr("main", "cpu", "1"))),
+		cards: testCards(),
 	}, {
 		name:  "a mirror pod is left alone",
 		pod:   oneGPU(nodeName("gpu-1"), annotated(corev1.MirrorPodAnnotationKey, "abc")),
