@@ -85,10 +85,13 @@ type policy struct {
 
 // plan returns the state the Secret should hold at now, why it differs from s (nil: it does not),
 // and when the next step falls due. trusted reports whether every webhook configuration's caBundle
-// holds a certificate; only a CA they trust may start signing. Replicas that plan from the same
-// Secret at about the same time come to the same steps, so whichever writes first wins and the
-// others, reading it back, have nothing left to do.
-func (p policy) plan(s state, now time.Time, trusted func(*x509.Certificate) bool) (state, []string, time.Time, error) {
+// holds a certificate; only a CA they trust may start signing. configured are the certificates the
+// configurations' caBundles hold now: every CA among them that has not expired stays in the bundle,
+// so a Secret that comes back empty (deleted and re-created, replaced by a sync) never drops the CA
+// of a certificate another replica still serves. Replicas that plan from the same Secret at about the
+// same time come to the same steps, so whichever writes first wins and the others, reading it back,
+// have nothing left to do.
+func (p policy) plan(s state, now time.Time, trusted func(*x509.Certificate) bool, configured []*x509.Certificate) (state, []string, time.Time, error) {
 	var why []string
 	usable := func(c *pair) bool { return c != nil && now.Before(c.cert.NotAfter) && !now.Before(c.cert.NotBefore) }
 	switch {
@@ -128,7 +131,7 @@ func (p policy) plan(s state, now time.Time, trusted func(*x509.Certificate) boo
 	if s.next != nil {
 		bundle = append(bundle, s.next.cert)
 	}
-	for _, c := range s.bundle {
+	for _, c := range slices.Concat(s.bundle, configured) {
 		if now.Before(c.NotAfter) && c.IsCA && !containsCert(bundle, c) {
 			bundle = append(bundle, c)
 		}

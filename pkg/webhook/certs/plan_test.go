@@ -22,12 +22,12 @@ func trustNone(*x509.Certificate) bool { return false }
 // mustPlan plans and fails t on error.
 func mustPlan(t *testing.T, p policy, s state, now time.Time, trusted func(*x509.Certificate) bool) (state, []string, time.Time) {
 	t.Helper()
-	out, why, due, err := p.plan(s, now, trusted)
+	out, why, due, err := p.plan(s, now, trusted, nil)
 	if err != nil {
 		t.Fatalf("plan at %s: %v", now, err)
 	}
 	// What plan returns survives the Secret: encoded and decoded, it plans to nothing.
-	again, whyAgain, _, err := p.plan(decode(out.encode()), now, trusted)
+	again, whyAgain, _, err := p.plan(decode(out.encode()), now, trusted, nil)
 	if err != nil || len(whyAgain) != 0 || !again.serving.cert.Equal(out.serving.cert) {
 		t.Fatalf("plan at %s is not stable through the Secret: %v %v", now, whyAgain, err)
 	}
@@ -132,6 +132,42 @@ func TestPlanBrokenSecretStartsOver(t *testing.T) {
 	}
 }
 
+// TestPlanEmptiedSecretKeepsConfiguredCAs: the Secret comes back empty (deleted and re-created, helm
+// upgrade --force, a GitOps Replace) while another replica still serves a certificate of the old CA.
+// The new bundle holds the new CA and every unexpired CA the configurations trust, so that replica
+// stays trusted until it reads the new Secret; an expired CA, and a certificate that is not a CA, are
+// dropped.
+func TestPlanEmptiedSecretKeepsConfiguredCAs(t *testing.T) {
+	p := testPolicy()
+	old, _, _ := mustPlan(t, p, decode(nil), t0, trustNone)
+	other := testPolicy()
+	other.caLifetime, other.certLifetime = 12*time.Hour, 6*time.Hour // expired by the time of the emptied Secret
+	gone, _, _ := mustPlan(t, other, decode(nil), t0, trustNone)
+	now := t0.Add(24 * time.Hour) // the old serving certificate (3 days) is still served
+	configured := []*x509.Certificate{old.ca.cert, gone.ca.cert, old.serving.cert}
+
+	s, why, _, err := p.plan(decode(nil), now, trustAll, configured)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(why, "a new CA (none usable)") || s.ca.cert.Equal(old.ca.cert) {
+		t.Fatalf("why = %q; want a new CA", why)
+	}
+	if len(s.bundle) != 2 || !s.bundle[0].Equal(s.ca.cert) || !s.bundle[1].Equal(old.ca.cert) {
+		t.Errorf("bundle of %d; want the new CA, then the configured unexpired old CA", len(s.bundle))
+	}
+	if err := verifies(old.serving.cert, s.bundle, now); err != nil {
+		t.Errorf("the other replica's certificate is not trusted by the new bundle: %v", err)
+	}
+	if containsCert(s.bundle, gone.ca.cert) || containsCert(s.bundle, old.serving.cert) {
+		t.Error("the bundle keeps an expired CA or a certificate that is not a CA")
+	}
+	// Stable: planning again from what was written, with the configurations holding it, does nothing.
+	if _, why, _, err := p.plan(decode(s.encode()), now, trustAll, s.bundle); err != nil || len(why) != 0 {
+		t.Errorf("a second plan does %q (%v), want nothing", why, err)
+	}
+}
+
 // TestPlanYearNeverDistrusts runs a year of rotations in 3-hour steps, the way the webhook
 // runs them: a replica reconciles, injects the bundle, and another replica may still serve the
 // certificate of the previous round. At every step what either serves verifies against what the
@@ -146,7 +182,7 @@ func TestPlanYearNeverDistrusts(t *testing.T) {
 		before := s
 		var why []string
 		var err error
-		s, why, _, err = p.plan(s, now, trusted)
+		s, why, _, err = p.plan(s, now, trusted, configured)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -217,6 +217,10 @@ func (r *Rotator) reconcile(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
+	var configured []*x509.Certificate
+	for _, b := range bundles {
+		configured = append(configured, parseBundle(b)...)
+	}
 	trusted := func(c *x509.Certificate) bool {
 		for _, b := range bundles {
 			if !containsCert(parseBundle(b), c) {
@@ -226,7 +230,7 @@ func (r *Rotator) reconcile(ctx context.Context) (time.Time, error) {
 		return true
 	}
 	now := r.cfg.Now()
-	s, why, due, err := r.policy.plan(decode(secret.Data), now, trusted)
+	s, why, due, err := r.policy.plan(decode(secret.Data), now, trusted, configured)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -303,3 +303,113 @@ func servedIsTrusted(ctx context.Context, client kubernetes.Interface, addr stri
 	}
 	return nil
 }
+
+// TestEmptiedSecretKeepsTheOtherReplicaTrusted empties the certificate Secret (as helm upgrade
+// --force, a GitOps Replace or kubectl delete and re-create do) while two replicas run: a, which reads
+// the Secret every half second, makes a new CA at once; b reads it only every 10 minutes and keeps
+// serving its certificate of the old CA meanwhile. The bundle a writes must keep the old CA, which
+// the configurations still hold, so that what b serves stays trusted.
+func TestEmptiedSecretKeepsTheOtherReplicaTrusted(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard())
+	c := cluster.Start(t, cluster.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cardinalNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opts := webhook.DefaultConfigurationOptions()
+	opts.Name, opts.Namespace, opts.URL = rotationConfig, cardinalNS, "https://127.0.0.1:1"+webhook.Path
+	mwc, err := webhook.MutatingWebhookConfiguration(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vwc, err := webhook.ValidatingWebhookConfiguration(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := c.Client.AdmissionregistrationV1()
+	if _, err := reg.MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rotators := map[string]*certs.Rotator{}
+	var stopped sync.WaitGroup
+	defer stopped.Wait()
+	defer cancel()
+	for name, check := range map[string]time.Duration{"a": 500 * time.Millisecond, "b": 10 * time.Minute} {
+		r, err := certs.New(certs.Config{Client: c.Client, Namespace: cardinalNS, SecretName: rotationSecret, WebhookConfiguration: rotationConfig,
+			Hosts: []string{"127.0.0.1"}, CertLifetime: time.Hour, CALifetime: 24 * time.Hour, CheckInterval: check,
+			Logger: testr.New(t).WithName(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rotators[name] = r
+		stopped.Add(1)
+		go func() {
+			defer stopped.Done()
+			_ = r.Run(ctx)
+		}()
+	}
+	for name, r := range rotators {
+		cluster.WaitFor(t, timeout, "replica "+name+" ready", func() (bool, error) { return r.Ready(nil) == nil, nil })
+	}
+	secrets := c.Client.CoreV1().Secrets(cardinalNS)
+	before, err := secrets.Get(ctx, rotationSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := func(name string) *x509.Certificate {
+		cert, err := rotators[name].GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf
+	}
+	bServes := served("b")
+
+	emptied := before.DeepCopy()
+	emptied.Data = nil
+	if _, err := secrets.Update(ctx, emptied, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// a makes a new CA and puts its bundle into the configurations.
+	var after *corev1.Secret
+	cluster.WaitFor(t, timeout, "replica a to write a new CA and inject its bundle", func() (bool, error) {
+		after, err = secrets.Get(ctx, rotationSecret, metav1.GetOptions{})
+		if err != nil || len(after.Data[certs.KeyCACert]) == 0 || bytes.Equal(after.Data[certs.KeyCACert], before.Data[certs.KeyCACert]) {
+			return false, nil //nolint:nilerr // polling
+		}
+		m, err := reg.MutatingWebhookConfigurations().Get(ctx, rotationConfig, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return bytes.Equal(m.Webhooks[0].ClientConfig.CABundle, after.Data[certs.KeyBundle]), nil
+	})
+	if !served("b").Equal(bServes) {
+		t.Fatal("replica b read the Secret again; the test needs it to lag")
+	}
+	m, err := reg.MutatingWebhookConfigurations().Get(ctx, rotationConfig, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := reg.ValidatingWebhookConfigurations().Get(ctx, rotationConfig, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range [][]byte{m.Webhooks[0].ClientConfig.CABundle, v.Webhooks[0].ClientConfig.CABundle} {
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(b)
+		if _, err := bServes.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1"}); err != nil {
+			t.Errorf("configuration %d: replica b's certificate (of the old CA) is no longer trusted after the Secret was emptied: %v", i, err)
+		}
+		if _, err := served("a").Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1"}); err != nil {
+			t.Errorf("configuration %d: replica a's new certificate is not trusted: %v", i, err)
+		}
+	}
+}
