@@ -31,7 +31,9 @@ memory no known card can hold, pods carrying Cardinal's internal annotations, up
 anyone but --trusted-service-accounts (pods/status included), and pods (GPU or not, outside
 --device-env-namespaces) whose containers set a device variable; it warns when no known card matches
 a pod's selectors. Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs whose pod
-template those rules refuse are refused too. It watches Nodes (list/watch) for their card inventory.
+template those rules refuse are refused too. A Binding of a pod that names Cardinal's scheduler, or
+carrying a cardinal.io/ key, by anyone but --trusted-service-accounts is refused (it reads the pod:
+get on pods). It watches Nodes (list/watch) for their card inventory.
 
 Register it with the Mutating- and ValidatingWebhookConfiguration of pkg/webhook (the chart ships
 them).
@@ -64,7 +66,7 @@ func run() error {
 		fmt.Fprint(os.Stderr, help)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); pods are admitted at "+webhook.Path+", workloads at "+webhook.WorkloadsPath)
+	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); pods are admitted at "+webhook.Path+", workloads at "+webhook.WorkloadsPath+", Bindings at "+webhook.BindingsPath)
 	fs.StringVar(&cfg.CertDir, "cert-dir", "/etc/cardinal/webhook/certs", "folder holding tls.crt and tls.key for --listen; reloaded when they change (unused with --cert-secret)")
 	fs.StringVar(&cfg.HealthListen, "health-listen", ":8081", "address of /healthz and /readyz (ready once serving and the nodes are listed); empty disables")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":8080", "address of /metrics (admission latency, decisions by outcome); empty disables")

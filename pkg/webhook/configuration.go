@@ -41,6 +41,10 @@ type ConfigurationOptions struct {
 	// DeviceEnvNamespaces may set the device variables (DeviceEnvNames) in their pods: system
 	// components such as the GPU operator's. Their pods are not sent for that rule.
 	DeviceEnvNamespaces []string
+	// UncheckedBinders are users whose Bindings are not sent to the Binding webhook (bindingWebhook):
+	// the cluster's default scheduler, which binds only pods naming its own profiles, so that its
+	// binds never wait on Cardinal's webhook.
+	UncheckedBinders []string
 	// TimeoutSeconds bounds one call; the decision takes well under a millisecond.
 	TimeoutSeconds int32
 }
@@ -53,6 +57,7 @@ func DefaultConfigurationOptions() ConfigurationOptions {
 		Namespace:           "cardinal-system",
 		Resources:           annotations.DefaultResourceNames(),
 		DeviceEnvNamespaces: DefaultDeviceEnvNamespaces(),
+		UncheckedBinders:    DefaultUncheckedBinders(),
 		TimeoutSeconds:      3,
 	}
 }
@@ -123,7 +128,10 @@ func MutatingWebhookConfiguration(o ConfigurationOptions) (*admissionregistratio
 //     variable: scaling, status and controller bookkeeping never reach it;
 //   - failurePolicy Ignore: the pods a workload creates go through the pod webhook (failurePolicy
 //     Fail) all the same, so this one only says earlier what the pods would be refused for, and an
-//     outage never blocks a rollout.
+//     outage never blocks a rollout;
+//
+// and of the Binding webhook (BindingHandler, see binding.go): CREATE of pods/binding and bindings,
+// outside Cardinal's namespace, not from TrustedUsers or UncheckedBinders, failurePolicy Fail.
 func ValidatingWebhookConfiguration(o ConfigurationOptions) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -158,7 +166,7 @@ func ValidatingWebhookConfiguration(o ConfigurationOptions) (*admissionregistrat
 			SideEffects:             &none,
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
-		}},
+		}, o.bindingWebhook()},
 	}, nil
 }
 
@@ -203,7 +211,7 @@ func (o *ConfigurationOptions) validate() error {
 	if err := o.Resources.Validate(); err != nil {
 		return fmt.Errorf("webhook configuration: %w", err)
 	}
-	for _, v := range slices.Concat(resourceStrings(o.Resources), o.TrustedUsers, o.DeviceEnvNamespaces) {
+	for _, v := range slices.Concat(resourceStrings(o.Resources), o.TrustedUsers, o.DeviceEnvNamespaces, o.UncheckedBinders) {
 		if strings.ContainsAny(v, `'\"`) {
 			return fmt.Errorf("webhook configuration: %q cannot appear in a CEL string literal", v)
 		}
