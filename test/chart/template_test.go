@@ -270,6 +270,39 @@ func TestWebhookConfigurationMatchesPackage(t *testing.T) {
 	}
 }
 
+// TestBindingPolicyMatchesPackage: the chart's ValidatingAdmissionPolicy for Bindings is
+// pkg/webhook.BindingPolicy's, with the release's trusted accounts.
+func TestBindingPolicyMatchesPackage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		values  map[string]any
+		trusted []string
+	}{
+		{"defaults", nil, []string{schedulerSA, devicePluginSA}},
+		{"an extra trusted account and no device plugin", map[string]any{"devicePlugin": map[string]any{"enabled": false},
+			"webhook": map[string]any{"trustedServiceAccounts": []string{"system:serviceaccount:ops:binder"}}},
+			[]string{schedulerSA, "system:serviceaccount:ops:binder"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := render(t, tc.values)
+			opts := webhook.DefaultConfigurationOptions()
+			opts.Name, opts.Namespace, opts.URL, opts.TrustedUsers = webhookName, namespace, "https://unused", tc.trusted
+			wantPolicy, wantBinding, err := webhook.BindingPolicy(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := get[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, webhookName+"-bindings")
+			if diff := cmp.Diff(wantPolicy.Spec, got.Spec); diff != "" {
+				t.Errorf("policy differs from pkg/webhook's (-package +chart):\n%s", diff)
+			}
+			gotBinding := get[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, r, webhookName+"-bindings")
+			if diff := cmp.Diff(wantBinding.Spec, gotBinding.Spec); diff != "" {
+				t.Errorf("policy binding differs from pkg/webhook's (-package +chart):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestWebhookConfigurationFollowsValues(t *testing.T) {
 	names := annotations.ResourceNames{GPU: "example.com/card", Mem: "example.com/mem", MemPercentage: "example.com/mem-pct", Cores: "example.com/cores"}
 	r := render(t, map[string]any{
@@ -278,6 +311,7 @@ func TestWebhookConfigurationFollowsValues(t *testing.T) {
 		"webhook": map[string]any{
 			"timeoutSeconds":         7,
 			"trustedServiceAccounts": []string{"system:serviceaccount:ops:annotator"},
+			"uncheckedBinders":       []string{"system:serviceaccount:kube-system:other-scheduler"},
 			"deviceEnvNamespaces":    []string{"ops", "monitoring"},
 			"clientConfig":           map[string]any{"url": "https://127.0.0.1:9443/mutate-pods", "caBundle": "Q0E="},
 		},
@@ -286,6 +320,7 @@ func TestWebhookConfigurationFollowsValues(t *testing.T) {
 	opts := webhook.ConfigurationOptions{
 		Name: webhookName, Namespace: namespace, URL: "https://127.0.0.1:9443/mutate-pods", CABundle: []byte("CA"),
 		Resources: names, TimeoutSeconds: 7, DeviceEnvNamespaces: []string{"ops", "monitoring"},
+		UncheckedBinders: []string{"system:serviceaccount:kube-system:other-scheduler"},
 		// The device plugin is off: only the scheduler and the extra account are trusted.
 		TrustedUsers: []string{schedulerSA, "system:serviceaccount:ops:annotator"},
 	}
@@ -598,6 +633,8 @@ func TestRBAC(t *testing.T) {
 		},
 		webhookName: {
 			rule(core, []string{"nodes"}, []string{"get", "list", "watch"}),
+			// The pod a Binding names (bindings.webhook.cardinal.io): get only, no list or watch.
+			rule(core, []string{"pods"}, []string{"get"}),
 			// Self-managed certificates: the caBundle of its own two configurations, nothing else.
 			rule([]string{"admissionregistration.k8s.io"}, []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"},
 				[]string{"get", "update"}, webhookName),
@@ -622,9 +659,20 @@ func TestRBAC(t *testing.T) {
 	if diff := cmp.Diff(wantRole, get[*rbacv1.Role](t, r, schedulerName+"-leader-election").Rules); diff != "" {
 		t.Errorf("leader-election Role (-want +got):\n%s", diff)
 	}
-	wantCerts := []rbacv1.PolicyRule{rule(core, []string{"secrets"}, []string{"get", "update"}, webhookName+"-certs")}
+	// create cannot be restricted by name in RBAC (the object does not exist yet): a policy restricts it.
+	wantCerts := []rbacv1.PolicyRule{
+		rule(core, []string{"secrets"}, []string{"get", "update"}, webhookName+"-certs"),
+		rule(core, []string{"secrets"}, []string{"create"}),
+	}
 	if diff := cmp.Diff(wantCerts, get[*rbacv1.Role](t, r, webhookName+"-certs").Rules); diff != "" {
 		t.Errorf("webhook certificates Role (-want +got):\n%s", diff)
+	}
+	certsPolicy := get[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, webhookName+"-certs")
+	if got, want := certsPolicy.Spec.Validations[0].Expression, "request.namespace == '"+namespace+"' && object.metadata.name == '"+webhookName+"-certs'"; got != want {
+		t.Errorf("certificates policy: %q, want %q", got, want)
+	}
+	if !r.has("ValidatingAdmissionPolicyBinding", webhookName+"-certs") {
+		t.Error("the certificates policy is not bound")
 	}
 	// Every binding names a rendered ServiceAccount of the release, and a rendered or built-in role.
 	sas := map[string]bool{}
@@ -725,6 +773,13 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 			"webhook.podDisruptionBudget.minAvailable: 1 with webhook.replicas 1 lets no webhook pod be evicted, which blocks every node drain"},
 		{"a PDB of 100%", map[string]any{"webhook": map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": "100%"}}},
 			"webhook.podDisruptionBudget.minAvailable: 100% with webhook.replicas 2"},
+		// The disruption controller rounds up: 51% of 2 pods is 2 pods.
+		{"a PDB percentage that rounds up to every replica", map[string]any{"webhook": map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": "51%"}}},
+			"webhook.podDisruptionBudget.minAvailable: 51% with webhook.replicas 2 (51% of 2 rounds up to 2) lets no webhook pod be evicted"},
+		{"a PDB percentage of 3 replicas that rounds up to 3", map[string]any{"webhook": map[string]any{"replicas": 3, "podDisruptionBudget": map[string]any{"minAvailable": "67%"}}},
+			"webhook.podDisruptionBudget.minAvailable: 67% with webhook.replicas 3 (67% of 3 rounds up to 3)"},
+		{"a PDB count above the replicas", map[string]any{"webhook": map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": 3}}},
+			"webhook.podDisruptionBudget.minAvailable: 3 with webhook.replicas 2 lets no webhook pod be evicted"},
 		{"the scheduler as the default account", map[string]any{"scheduler": map[string]any{"serviceAccount": map[string]any{"create": false}}},
 			`scheduler.serviceAccount: with create=false and name "" the scheduler would run as the namespace's default ServiceAccount`},
 		{"the device plugin named default", map[string]any{"devicePlugin": map[string]any{"serviceAccount": map[string]any{"name": "default"}}},
@@ -771,6 +826,16 @@ func TestWebhookValuesThatRender(t *testing.T) {
 	r = render(t, map[string]any{"webhook": map[string]any{"replicas": 3, "podDisruptionBudget": map[string]any{"minAvailable": 2}}})
 	if got := get[*policyv1.PodDisruptionBudget](t, r, webhookName).Spec.MinAvailable.IntValue(); got != 2 {
 		t.Errorf("minAvailable = %d, want 2", got)
+	}
+	// Percentages that leave one pod to evict: 50% of 2 is 1, 66% of 3 rounds up to 2.
+	for _, v := range []struct {
+		replicas int
+		pct      string
+	}{{2, "50%"}, {3, "66%"}, {2, "0%"}} {
+		r = render(t, map[string]any{"webhook": map[string]any{"replicas": v.replicas, "podDisruptionBudget": map[string]any{"minAvailable": v.pct}}})
+		if got := get[*policyv1.PodDisruptionBudget](t, r, webhookName).Spec.MinAvailable.String(); got != v.pct {
+			t.Errorf("%s of %d: minAvailable = %s, want the percentage as given", v.pct, v.replicas, got)
+		}
 	}
 	// An account the user names and manages is the one the scheduler runs as, and trusted as such.
 	r = render(t, map[string]any{"scheduler": map[string]any{"serviceAccount": map[string]any{"create": false, "name": "sched"}}})
