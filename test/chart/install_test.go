@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/webhook/certs"
 	"github.com/cardinal-gpu/cardinal/test/cluster"
 )
 
@@ -248,6 +250,9 @@ func checkAccess(t *testing.T, client kubernetes.Interface) {
 		{user: wh, verb: "list", res: "nodes", allowed: true},
 		{user: wh, verb: "patch", res: "nodes", allowed: false},
 		{user: wh, verb: "list", res: "pods", ns: "default", allowed: false},
+		{user: wh, verb: "get", res: "pods", ns: "default", allowed: true},       // the pod a Binding names
+		{user: wh, verb: "create", res: "secrets", ns: namespace, allowed: true}, // its certificate Secret, when deleted
+		{user: wh, verb: "create", res: "secrets", ns: "default", allowed: false},
 		{user: wh, verb: "get", res: "secrets", ns: namespace, allowed: false},
 		{user: wh, verb: "update", res: "secrets", ns: namespace, name: webhookName + "-certs", allowed: true},
 		{user: wh, verb: "update", res: "secrets", ns: namespace, name: webhookName + "-tls", allowed: false},
@@ -379,6 +384,10 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 		return b
 	}
 	label := []byte(`{"metadata":{"labels":{"gpu":"fake"}}}`)
+	// An owner that does not exist: the garbage collector would delete the object. A finalizer would
+	// keep it from being deleted.
+	ownerRef := []byte(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}}`)
+	finalizer := []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`)
 	patchNode := func(cs kubernetes.Interface, node string, patch []byte) error {
 		_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
@@ -404,6 +413,10 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 		{"pod on own node, allocation", func() error { return patchPod(onNodeA, "workload-node-a", annotate(annotations.GPUAllocated)) }, true},
 		{"pod on other node, allocation", func() error { return patchPod(onNodeA, "workload-node-b", annotate(annotations.GPUAllocated)) }, false},
 		{"pod on own node, assignment", func() error { return patchPod(onNodeA, "workload-node-a", annotate(annotations.GPUAssignment)) }, false},
+		{"pod on own node, ownerReference", func() error { return patchPod(onNodeA, "workload-node-a", ownerRef) }, false},
+		{"pod on own node, finalizer", func() error { return patchPod(onNodeA, "workload-node-a", finalizer) }, false},
+		{"own node, ownerReference", func() error { return patchNode(onNodeA, "node-a", ownerRef) }, false},
+		{"own node, finalizer", func() error { return patchNode(onNodeA, "node-a", finalizer) }, false},
 		{"node-bound token, own node", func() error { return patchNode(onNodeB, "node-b", annotate(annotations.GPUInventory)) }, true},
 		{"node-bound token, other node", func() error { return patchNode(onNodeB, "node-a", annotate(annotations.GPUInventory)) }, false},
 		{"token without node claim", func() error { return patchNode(unbound, "node-a", annotate(annotations.GPUInventory)) }, false},
@@ -419,5 +432,66 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 				t.Errorf("err = %v, want a refusal by the node-restriction policy", err)
 			}
 		})
+	}
+}
+
+// TestWebhookRecreatesItsSecret deletes the self-managed certificate Secret, then runs a fresh
+// replica's certificate reconciliation with the webhook's own credentials (a token of its
+// ServiceAccount, the chart's RBAC and policies): it creates the Secret again and becomes ready. The
+// same credentials may not create any other Secret.
+func TestWebhookRecreatesItsSecret(t *testing.T) {
+	in := installChart(t, nil)
+	ctx := context.Background()
+	admin := in.c.Client
+	secretName := webhookName + "-certs"
+	if err := admin.CoreV1().Secrets(namespace).Delete(ctx, secretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("%v", err)
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	tok, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, webhookName, tr, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token request: %v", err)
+	}
+	cfg := rest.AnonymousClientConfig(in.c.RESTConfig)
+	cfg.BearerToken = tok.Status.Token
+	asWebhook, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	rotator, err := certs.New(certs.Config{Client: asWebhook, Namespace: namespace, SecretName: secretName, WebhookConfiguration: webhookName,
+		Hosts: []string{webhookName + "." + namespace + ".svc"}, CertLifetime: time.Hour, CALifetime: 24 * time.Hour, CheckInterval: time.Minute,
+		Logger: testr.New(t)})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	// RBAC and the policy are read from informers in the API server: retry until the first round works.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, err := rotator.Reconcile(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a fresh replica could not re-create the Secret in 30s: %v", err)
+		}
+	}
+	if err := rotator.Ready(nil); err != nil {
+		t.Errorf("not ready after re-creating the Secret: %v", err)
+	}
+	s, err := admin.CoreV1().Secrets(namespace).Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil || len(s.Data[certs.KeyCert]) == 0 {
+		t.Fatalf("the Secret was not re-created with a certificate: %v", err)
+	}
+	// RBAC grants create on every Secret of the namespace; the chart's policy narrows it to one name.
+	// The API server enforces a policy once its informer has it: dry runs until then.
+	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-the-webhooks", Namespace: namespace}}
+	refused := func(err error) bool {
+		return err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "may create only its certificate Secret")
+	}
+	cluster.WaitFor(t, 30*time.Second, "the certificates policy to be enforced", func() (bool, error) {
+		_, err := asWebhook.CoreV1().Secrets(namespace).Create(ctx, other, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return refused(err), nil
+	})
+	if _, err := asWebhook.CoreV1().Secrets(namespace).Create(ctx, other, metav1.CreateOptions{}); !refused(err) {
+		t.Errorf("creating another Secret: %v, want a refusal by the certificates policy", err)
 	}
 }
