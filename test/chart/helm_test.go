@@ -29,8 +29,9 @@ const (
 	chartDir    = "../../charts/cardinal"
 	releaseName = "cardinal"
 	namespace   = "cardinal-system"
-	// kubeVersion is what `helm template` and `helm lint` render for: the test-bed's Kubernetes. (A helm
-	// built with `go install` otherwise assumes v1.20, below the chart's kubeVersion.)
+	// kubeVersion is what `helm template` and `helm lint` render for: the test-bed's Kubernetes, patch
+	// release included. (Without it the test-bed helm renders for v1.34.0, its build's stamp:
+	// TestTestBedHelmIsStamped.)
 	kubeVersion = "v1.34.4"
 )
 
@@ -207,4 +208,29 @@ func (r *rendered) has(kind, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestTestBedHelmIsStamped: the test bed builds helm with the stamps of a release build
+// (hack/testbed/build.sh): its version, and the Kubernetes version it renders for without a cluster
+// (1.34, from helm's client-go). So `helm template` and `helm lint` work without --kube-version; an
+// unstamped helm assumes v1.20.0 and refuses the chart ("incompatible with Kubernetes v1.20.0").
+func TestTestBedHelmIsStamped(t *testing.T) {
+	version, err := helm(t, nil, "version", "--template", "{{.Version}}")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if !strings.HasPrefix(version, "v3.") {
+		t.Errorf("helm version %q; want the release's v3.x.y", version)
+	}
+	out, err := helm(t, nil, "template", releaseName, chartDir, "--namespace", namespace)
+	if err != nil {
+		t.Fatalf("helm template without --kube-version: %v", err)
+	}
+	// The ValidatingAdmissionPolicies render only where the Kubernetes version serves them (1.30+).
+	if r := decode(t, out); !r.has("ValidatingAdmissionPolicy", devicePluginName+"-node-restriction") {
+		t.Errorf("rendered for a Kubernetes without ValidatingAdmissionPolicy: %v", r.keys())
+	}
+	if out, err := helm(t, nil, "lint", "--strict", chartDir, "--namespace", namespace); err != nil || !strings.Contains(out, "0 chart(s) failed") {
+		t.Errorf("helm lint without --kube-version: %v\n%s", err, out)
+	}
 }
