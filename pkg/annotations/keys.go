@@ -49,11 +49,6 @@ const (
 	GPUAllocated = "cardinal.io/gpu-allocated"
 )
 
-// KeyPrefix starts every annotation key Cardinal defines (the nvidia.com/ selector keys aside). The
-// apiserver copies a Binding's annotations onto its pod, so a Binding carrying any key with it is
-// refused unless it comes from Cardinal.
-const KeyPrefix = "cardinal.io/"
-
 // InternalKeys are the annotations only Cardinal's own components may write. A pod created with any of
 // them, or changed in them by anyone else, is refused at admission.
 var InternalKeys = []string{GPUInventory, GPUAssignment, GPUAllocated}

@@ -38,6 +38,11 @@ import (
 //     only the binds of other schedulers (failurePolicy Fail), never Cardinal's or the default
 //     scheduler's.
 
+// KeyPrefix starts the annotation keys Cardinal defines (the nvidia.com/ selector keys aside), every
+// internal one included (TestInternalKeysHaveKeyPrefix). A Binding carrying a key with it is refused
+// unless it comes from Cardinal.
+const KeyPrefix = "cardinal.io/"
+
 // BindingsPath is where the webhook server serves the validation of Bindings.
 const BindingsPath = "/validate-bindings"
 
@@ -64,7 +69,7 @@ func (r *Rules) ValidateBinding(binding *corev1.Binding, pod *corev1.Pod, userna
 	}{{"metadata.annotations", binding.Annotations}, {"metadata.labels", binding.Labels}} {
 		for _, k := range cardinalKeys(field.keys) {
 			ds.add(ReasonInternalAnnotation, fmt.Errorf("%s: %s: the metadata of a Binding is copied onto its pod, and %s keys are written only by Cardinal; %q may not bind with it",
-				field.name, k, annotations.KeyPrefix, username))
+				field.name, k, KeyPrefix, username))
 		}
 	}
 	if pod != nil && pod.Spec.SchedulerName == r.SchedulerName {
@@ -74,11 +79,11 @@ func (r *Rules) ValidateBinding(binding *corev1.Binding, pod *corev1.Pod, userna
 	return ds.err()
 }
 
-// cardinalKeys lists the keys with annotations.KeyPrefix, sorted.
+// cardinalKeys lists the keys with KeyPrefix, sorted.
 func cardinalKeys(m map[string]string) []string {
 	var out []string
 	for k := range m {
-		if strings.HasPrefix(k, annotations.KeyPrefix) {
+		if strings.HasPrefix(k, KeyPrefix) {
 			out = append(out, k)
 		}
 	}
@@ -202,11 +207,11 @@ func BindingPolicy(o ConfigurationOptions) (*admissionregistrationv1.ValidatingA
 	equivalent := admissionregistrationv1.Equivalent
 	forbidden := metav1.StatusReasonForbidden
 	validation := func(field string) admissionregistrationv1.Validation {
-		keys := fmt.Sprintf("object.metadata.%s.filter(k, k.startsWith('%s'))", field, annotations.KeyPrefix)
+		keys := fmt.Sprintf("object.metadata.%s.filter(k, k.startsWith('%s'))", field, KeyPrefix)
 		return admissionregistrationv1.Validation{
-			Expression: fmt.Sprintf("!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s'))", field, annotations.KeyPrefix),
+			Expression: fmt.Sprintf("!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s'))", field, KeyPrefix),
 			MessageExpression: fmt.Sprintf("'metadata.%s: ' + %s.join(', ') + ': the metadata of a Binding is copied onto its pod (' + request.namespace + '/' + request.name + "+
-				"'), and %s keys are written only by Cardinal; ' + request.userInfo.username + ' may not bind with them'", field, keys, annotations.KeyPrefix),
+				"'), and %s keys are written only by Cardinal; ' + request.userInfo.username + ' may not bind with them'", field, keys, KeyPrefix),
 			Reason: &forbidden,
 		}
 	}

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
 const extenderUser = "system:serviceaccount:cardinal-system:extender"
@@ -80,6 +83,16 @@ func TestValidateBinding(t *testing.T) {
 				t.Errorf("denial (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestInternalKeysHaveKeyPrefix: the Binding policy refuses keys by KeyPrefix, so it covers every
+// internal annotation only if each starts with it.
+func TestInternalKeysHaveKeyPrefix(t *testing.T) {
+	for _, k := range annotations.InternalKeys {
+		if !strings.HasPrefix(k, KeyPrefix) {
+			t.Errorf("internal annotation %s does not start with %s: a forged Binding could carry it", k, KeyPrefix)
+		}
 	}
 }
 

@@ -67,8 +67,14 @@ func TestREADMEMessages(t *testing.T) {
 	if d, ok := IsDenial(err); ok {
 		messages = append(messages, `admission webhook "workloads.webhook.cardinal.io" denied the request: spec.template: `+d.Details[0])
 	}
-	if len(messages) != 19 {
-		t.Fatalf("got %d messages, want 19: %q", len(messages), messages)
+	train := oneGPU(scheduler("cardinal-scheduler"))
+	train.Namespace, train.Name = "team", "train"
+	add(nil, r.ValidateBinding(&corev1.Binding{}, train, "system:serviceaccount:team:volcano"))
+	forged := &corev1.Binding{}
+	forged.Annotations = map[string]string{annotations.GPUAssignment: "{}"}
+	add(nil, r.ValidateBinding(forged, nil, "system:serviceaccount:team:volcano"))
+	if len(messages) != 21 {
+		t.Fatalf("got %d messages, want 21: %q", len(messages), messages)
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {
