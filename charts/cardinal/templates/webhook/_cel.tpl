@@ -64,6 +64,22 @@ compares the rendering with the package's. Each piece mirrors the Go function na
 {{- printf "%[1]s.exists(t, (request.operation == 'CREATE' || %[2]s.exists(o, o != t)) && (%[3]s || (has(t.metadata) && %[4]s) || %[5]s))" (printf $tpl "object") (printf $tpl "oldObject") (include "cardinal.webhook.celGPU" (dict "root" . "obj" "t")) (include "cardinal.webhook.celCarries" "t") (include "cardinal.webhook.celDeviceEnv" (dict "root" . "obj" "t")) -}}
 {{- end -}}
 
+{{/* A matchCondition skipping users (bindingWebhook, BindingPolicy). Call with the list of users. */}}
+{{- define "cardinal.webhook.celNotBy" -}}
+!(request.userInfo.username in {{ include "cardinal.webhook.celList" . }})
+{{- end -}}
+
+{{/* BindingPolicy's validation of a Binding's metadata field: its expression, and (with "message") its
+messageExpression. Call with (dict "field" "annotations") or (dict "field" "labels" "message" true). */}}
+{{- define "cardinal.webhook.celBindingKeys" -}}
+{{- $prefix := "cardinal.io/" -}}
+{{- if .message -}}
+{{- printf "'metadata.%[1]s: ' + object.metadata.%[1]s.filter(k, k.startsWith('%[2]s')).join(', ') + ': the metadata of a Binding is copied onto its pod (' + request.namespace + '/' + request.name + '), and %[2]s keys are written only by Cardinal; ' + request.userInfo.username + ' may not bind with them'" .field $prefix -}}
+{{- else -}}
+{{- printf "!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s'))" .field $prefix -}}
+{{- end -}}
+{{- end -}}
+
 {{/* webhook.clientConfig.url with its path replaced: call with (list $ "/path"). */}}
 {{- define "cardinal.webhook.url" -}}
 {{- $u := urlParse (index . 0).Values.webhook.clientConfig.url -}}
