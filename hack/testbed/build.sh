@@ -107,7 +107,9 @@ main() {
 	fi
 	if [ ! -x "$out/helm" ]; then
 		echo "testbed: building helm $HELM_VERSION" >&2
-		GOBIN="$out/.helm" go install -trimpath -ldflags "$(helm_ldflags)" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+		local hld
+		hld=$(helm_ldflags) # its own statement, so that set -e stops the build when it fails
+		GOBIN="$out/.helm" go install -trimpath -ldflags "$hld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 		mv "$out/.helm/helm" "$out/helm" && rmdir "$out/.helm"
 	fi
 	have_all
