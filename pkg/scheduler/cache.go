@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -128,6 +129,8 @@ type Cache struct {
 	// other pods against, and softNodes counts nodes with a soft entry (the filter shortlist).
 	affinity  map[types.UID][]affinityTerm
 	softNodes int
+	// onPanic is told of a panic while deciding a node (panics.go); nil: nobody.
+	onPanic PanicHandler
 }
 
 // NewCache returns an empty cache.
@@ -550,15 +553,27 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 		// sharing of node states (see evaluateParts): the verdicts do not depend on the split.
 		var wg sync.WaitGroup
 		flags := make([][2]bool, parts)
+		panics := make([]*escaped, parts)
 		for i := range parts {
 			lo, hi := i*len(names)/parts, (i+1)*len(names)/parts
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// Outside the HTTP layer's recovery: a panic here would end the process.
+				defer func() {
+					if v := recover(); v != nil {
+						panics[i] = &escaped{value: v, stack: debug.Stack()}
+					}
+				}()
 				flags[i][0], flags[i][1] = c.evaluate(uid, p, names[lo:hi], out[lo:hi])
 			}()
 		}
 		wg.Wait()
+		for _, e := range panics {
+			if e != nil {
+				panic(e)
+			}
+		}
 		for _, f := range flags {
 			free, waiting = free || f[0], waiting || f[1]
 		}
@@ -632,10 +647,7 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			}
 			if !hit {
 				var plan *core.Plan
-				plan, v.Reason = p.FitWith(n.state, &c.mix, &s)
-				if plan != nil {
-					v.Score = p.ScoreWith(n.state, plan, &c.mix, &s)
-				}
+				plan, v.Score, v.Reason = c.decideNode(n, p, &s)
 				store := share && (v.Reason == nil || v.Reason.UUID == "")
 				if store {
 					if _, taken := seen[k]; taken {
@@ -758,7 +770,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 		}
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}
-	plan, r := p.Fit(n.state, &c.mix)
+	plan, r := c.fitNode(n, p)
 	if r != nil {
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}

@@ -141,6 +141,10 @@ func NewServer(cache *Cache, o ServerOptions) *Server {
 		s.registry = prometheus.NewRegistry()
 	}
 	s.metrics = newMetrics(s.registry)
+	cache.OnPanic(func(node string, v any, stack []byte) {
+		s.metrics.panics.Inc()
+		s.log.Error(fmt.Errorf("panic: %v", v), "deciding a node panicked; the node fails for this pod", logging.KeyNode, node, "stack", string(stack))
+	})
 	return s
 }
 
@@ -664,6 +668,8 @@ type metrics struct {
 	nodes    *prometheus.CounterVec
 	binds    *prometheus.CounterVec
 	expired  prometheus.Counter
+	// panics counts panics recovered while deciding a node (panics.go).
+	panics prometheus.Counter
 	// shortlists counts filter answers for pods with more fitting nodes than the shortlist, by
 	// whether they were shortlisted or why not (fullReason).
 	shortlists *prometheus.CounterVec
@@ -697,6 +703,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "cardinal_extender_reservations_expired_total",
 		Help: "Reservations freed because their pod was still unbound (or gone) after the reservation timeout.",
 	})
-	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.shortlists)
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cardinal_extender_decide_panics_total",
+		Help: "Panics recovered while deciding a pod on one node; that node failed for the pod (its reason says so) and the panic was logged with its stack.",
+	})
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.shortlists, m.panics)
 	return m
 }

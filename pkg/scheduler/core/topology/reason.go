@@ -198,6 +198,9 @@ func (n *Node) Validate() error {
 	if n.Policy != "" && n.Policy != PolicyNone && len(n.NUMA) > limit {
 		return fmt.Errorf("%d NUMA nodes, more than max-allowable-numa-nodes (%d)", len(n.NUMA), limit)
 	}
+	if n.Policy != "" && n.Policy != PolicyNone && len(n.NUMA) > MaxNUMANodes {
+		return fmt.Errorf("%d NUMA nodes, more than the %d this model enumerates", len(n.NUMA), MaxNUMANodes)
+	}
 	if len(n.NUMA) == 0 && n.Policy != "" && n.Policy != PolicyNone {
 		return errors.New("no NUMA nodes")
 	}

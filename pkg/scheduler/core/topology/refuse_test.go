@@ -2,6 +2,7 @@ package topology
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -314,5 +315,33 @@ func BenchmarkAdmit(b *testing.B) {
 		if _, ref := Admit(n, devs, req); ref != nil {
 			b.Fatal(ref)
 		}
+	}
+}
+
+// Issue 21 item 2: the model enumerates 2^NUMA masks. Nodes with more NUMA nodes than the kubelet's
+// default limit, even where max-allowable-numa-nodes allows them, are refused as invalid at once:
+// before, 20 NUMA nodes cost 76–238 ms per check and 48 or 64 panicked (makeslice: cap out of range).
+func TestAdmitRefusesMoreNUMANodesThanItModels(t *testing.T) {
+	for _, count := range []int{64, 48, MaxNUMANodes + 1} {
+		n := &Node{Policy: PolicyRestricted, CPUPolicy: CPUPolicyStatic, MaxAllowableNUMANodes: 64}
+		var devs []Device
+		for id := range count {
+			n.NUMA = append(n.NUMA, numa(id, 4, 0, 0))
+			devs = append(devs, cards(id, 1, 0)...)
+		}
+		_, ref := Admit(n, devs, pod(true, app("a", 1, 2)))
+		if ref == nil || ref.Reason != ReasonInvalidNode || !strings.Contains(ref.Error(), "more than the 8 this model enumerates") {
+			t.Errorf("%d NUMA nodes: refusal %v, want %s naming the model's limit", count, ref, ReasonInvalidNode)
+		}
+	}
+	// The limit itself is modelled.
+	n := &Node{Policy: PolicyRestricted, CPUPolicy: CPUPolicyStatic}
+	var devs []Device
+	for id := range MaxNUMANodes {
+		n.NUMA = append(n.NUMA, numa(id, 4, 0, 0))
+		devs = append(devs, cards(id, 1, 0)...)
+	}
+	if _, ref := Admit(n, devs, pod(true, app("a", 1, 2))); ref != nil {
+		t.Fatalf("%d NUMA nodes: %v", MaxNUMANodes, ref)
 	}
 }
