@@ -794,52 +794,6 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 	return a, nil
 }
 
-// Reservation is a reservation Reserve made that the informer has not yet shown bound.
-type Reservation struct {
-	UID   types.UID
-	Key   string // namespace/name
-	Node  string
-	Since time.Time
-}
-
-// Reservations returns the reservations made or last confirmed before cutoff, oldest first is not
-// promised. The caller reads each pod back and settles it (ExpireReservation or UpsertPod).
-func (c *Cache) Reservations(cutoff time.Time) []Reservation {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	var out []Reservation
-	for _, p := range c.pods {
-		if p.reserved && p.since.Before(cutoff) {
-			out = append(out, Reservation{UID: p.uid, Key: p.key, Node: p.node, Since: p.since})
-		}
-	}
-	return out
-}
-
-// ExpireReservation drops the reservation r when it is still the pod's record and unchanged since
-// Reservations returned it (the pod was read back unbound or gone).
-func (c *Cache) ExpireReservation(r Reservation) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.pods[r.UID]
-	if old == nil || !old.reserved || old.node != r.Node || !old.since.Equal(r.Since) {
-		return false
-	}
-	c.replace(r.UID, old, nil)
-	if h, ok := c.hosts[r.UID]; ok && h.reserved {
-		c.setHost(r.UID, hostRecord{}, false)
-	}
-	return true
-}
-
-// reservedNode returns the node of the pod's live reservation, if it has one. Callers hold mu.
-func (c *Cache) reservedNode(uid types.UID) (string, bool) {
-	if p := c.pods[uid]; p != nil && p.reserved {
-		return p.node, true
-	}
-	return "", false
-}
-
 func dedupUses(us []use) []use {
 	out := us[:0]
 	seen := map[string]bool{}
@@ -850,18 +804,6 @@ func dedupUses(us []use) []use {
 		}
 	}
 	return out
-}
-
-// Release drops a reservation made by Reserve (bind failed). Records seen by the informer stay.
-func (c *Cache) Release(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old := c.pods[uid]; old != nil && old.reserved {
-		c.replace(uid, old, nil)
-	}
-	if h, ok := c.hosts[uid]; ok && h.reserved {
-		c.setHost(uid, hostRecord{}, false)
-	}
 }
 
 // waits returns ReasonInFlight when a GPU container of the pod would be in flight on the node beside

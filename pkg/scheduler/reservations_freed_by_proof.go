@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -48,4 +49,62 @@ func (s *Server) settleReservations(ctx context.Context, ttl time.Duration) {
 // runReservationSweeper settles old reservations every ttl/4 until ctx is done.
 func (s *Server) runReservationSweeper(ctx context.Context, ttl time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) { s.settleReservations(ctx, ttl) }, max(ttl/4, time.Second))
+}
+
+// Reservation is a reservation Reserve made that the informer has not yet shown bound.
+type Reservation struct {
+	UID   types.UID
+	Key   string // namespace/name
+	Node  string
+	Since time.Time
+}
+
+// Reservations returns the reservations made or last confirmed before cutoff, oldest first is not
+// promised. The caller reads each pod back and settles it (ExpireReservation or UpsertPod).
+func (c *Cache) Reservations(cutoff time.Time) []Reservation {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []Reservation
+	for _, p := range c.pods {
+		if p.reserved && p.since.Before(cutoff) {
+			out = append(out, Reservation{UID: p.uid, Key: p.key, Node: p.node, Since: p.since})
+		}
+	}
+	return out
+}
+
+// ExpireReservation drops the reservation r when it is still the pod's record and unchanged since
+// Reservations returned it (the pod was read back unbound or gone).
+func (c *Cache) ExpireReservation(r Reservation) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.pods[r.UID]
+	if old == nil || !old.reserved || old.node != r.Node || !old.since.Equal(r.Since) {
+		return false
+	}
+	c.replace(r.UID, old, nil)
+	if h, ok := c.hosts[r.UID]; ok && h.reserved {
+		c.setHost(r.UID, hostRecord{}, false)
+	}
+	return true
+}
+
+// reservedNode returns the node of the pod's live reservation, if it has one. Callers hold mu.
+func (c *Cache) reservedNode(uid types.UID) (string, bool) {
+	if p := c.pods[uid]; p != nil && p.reserved {
+		return p.node, true
+	}
+	return "", false
+}
+
+// Release drops a reservation made by Reserve (bind failed). Records seen by the informer stay.
+func (c *Cache) Release(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.pods[uid]; old != nil && old.reserved {
+		c.replace(uid, old, nil)
+	}
+	if h, ok := c.hosts[uid]; ok && h.reserved {
+		c.setHost(uid, hostRecord{}, false)
+	}
 }
