@@ -70,6 +70,10 @@ type podRecord struct {
 	asg *annotations.Assignment
 	// since is when the reservation was made or last confirmed by a bind (reserved records only).
 	since time.Time
+	// unsettled is true once a Binding of this reservation had an unknown outcome: it may still
+	// commit, so only proof that no earlier write can land frees the reservation
+	// (reservations_freed_by_proof.go), never a later attempt's refusal.
+	unsettled bool
 	// applied are the holdings added to the node's state, kept to remove exactly those.
 	applied []core.Holding
 }

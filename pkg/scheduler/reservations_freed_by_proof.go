@@ -13,6 +13,23 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
 
+// A reservation is freed only by proof that no Binding of its pod can still land. Bind reserves the
+// cards before it posts the Binding; when the post fails, settle reads the pod back:
+//
+//   - the pod is gone or was created again, or it is bound (elsewhere, or with other cards): no
+//     write of this reservation can land; the reservation goes (a bound pod's record replaces it);
+//   - the pod is unbound and the API server refused this write outright (a definitive error such as
+//     429 from API priority and fairness or a webhook's Forbidden): this write did not land, but an
+//     earlier Binding of the same reservation whose outcome was unknown may still commit, so the
+//     reservation goes only if there was none (Release);
+//   - otherwise (a timeout, a lost reply, an unreadable pod) the outcome is unknown: the reservation
+//     stays and is marked unsettled (MarkUnsettled). A retry on the same node writes the same
+//     assignment; no other node may take the pod (ErrBindPending).
+//
+// An unsettled reservation is freed by the informer showing the pod bound or deleted, by a later
+// read-back that proves it (above), or by the TTL read-back (settleReservations): after
+// DefaultReservationTTL every earlier Binding has been answered or abandoned.
+
 // DefaultReservationTTL is how long a reservation may wait for the informer to show its pod bound
 // before the extender reads the pod back and, if it is still unbound or gone, frees its cards. It is
 // longer than the API server's default request timeout (60 s), so a Binding still being processed
@@ -97,14 +114,45 @@ func (c *Cache) reservedNode(uid types.UID) (string, bool) {
 	return "", false
 }
 
-// Release drops a reservation made by Reserve (bind failed). Records seen by the informer stay.
-func (c *Cache) Release(uid types.UID) {
+// Release drops a reservation made by Reserve after a Binding the API server refused (this write
+// did not land), unless the reservation is unsettled: an earlier Binding of it whose outcome was
+// unknown may still commit. It reports whether the reservation is gone. Records seen by the
+// informer stay.
+func (c *Cache) Release(uid types.UID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old := c.pods[uid]; old != nil && old.reserved && old.unsettled {
+		return false
+	}
+	c.drop(uid)
+	return true
+}
+
+// ReleaseProven drops a reservation made by Reserve whatever earlier Bindings did: the caller has
+// proof that none of them can land (the pod is gone or was created again). Records seen by the
+// informer stay.
+func (c *Cache) ReleaseProven(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop(uid)
+}
+
+// drop removes the pod's reservation and its reserved CPU and memory. Callers hold mu.
+func (c *Cache) drop(uid types.UID) {
 	if old := c.pods[uid]; old != nil && old.reserved {
 		c.replace(uid, old, nil)
 	}
 	if h, ok := c.hosts[uid]; ok && h.reserved {
 		c.setHost(uid, hostRecord{}, false)
+	}
+}
+
+// MarkUnsettled records that a Binding of the pod's reservation had an unknown outcome: until proof
+// that it cannot land, Release keeps the reservation.
+func (c *Cache) MarkUnsettled(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.pods[uid]; old != nil && old.reserved {
+		old.unsettled = true
 	}
 }
