@@ -100,6 +100,11 @@ type Container struct {
 	Init, Restartable bool
 	// Devices is the container's limit of Cardinal's resource.
 	Devices int
+	// ListsDevices is true when the container's limits name Cardinal's resource, with any
+	// quantity: the device manager gives hints for a limit of 0 too (GetTopologyHints keeps every
+	// resource of the limits), and those hints must hold the devices init containers hand on. A
+	// container with Devices > 0 lists them whatever this says.
+	ListsDevices bool
 	// CPUs is the container's CPU request when it is a whole number (0 otherwise); it counts only
 	// when the pod is Guaranteed and the CPU manager policy is static.
 	CPUs int
