@@ -14,11 +14,11 @@ import (
 )
 
 // kubeletNode is a node n with two cards (one per NUMA node) whose kubelet runs policy over the
-// given NUMA nodes. The inventory is written as a plugin would, even where the decoder refuses it.
+// given NUMA nodes, its inventory written as the device plugin writes it.
 func kubeletNode(t *testing.T, name, policy string, numa []annotations.NUMACPUs) *corev1.Node {
 	t.Helper()
 	inv := annotations.Inventory{Kubelet: &annotations.KubeletTopology{
-		TopologyManagerPolicy: "none", TopologyManagerScope: "container", CPUManagerPolicy: "static", DeviceTopology: true,
+		TopologyManagerPolicy: policy, TopologyManagerScope: "container", CPUManagerPolicy: "static", DeviceTopology: true,
 		MaxAllowableNUMANodes: 64, NUMA: numa}}
 	for i := range 2 {
 		inv.GPUs = append(inv.GPUs, annotations.GPU{UUID: uuidOf(name, i), Index: i, Model: a40, MemoryMiB: 100, NUMA: i, Healthy: true, Shares: 1})
@@ -27,7 +27,6 @@ func kubeletNode(t *testing.T, name, policy string, numa []annotations.NUMACPUs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc = strings.Replace(enc, `"topologyManagerPolicy":"none"`, `"topologyManagerPolicy":"`+policy+`"`, 1)
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{annotations.GPUInventory: enc}}}
 }
 
