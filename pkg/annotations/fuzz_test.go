@@ -53,6 +53,7 @@ func FuzzDecodeInventory(f *testing.F) {
 		`{"v":1,"gpus":[],"kubelet":{"topologyManagerPolicy":"restricted","topologyManagerScope":"pod","cpuManagerPolicy":"none","numa":[{"id":0,"cpus":4,"distances":[10]}]}}`,
 		`{"v":1,"gpus":[],"kubelet":{"topologyManagerPolicy":"none","topologyManagerScope":"container","cpuManagerPolicy":"static","numa":[{"id":0},{"id":0}]}}`,
 		`{"v":1,"gpus":[],"kubelet":{"topologyManagerPolicy":"best-effort","topologyManagerScope":"container","cpuManagerPolicy":"static","maxAllowableNUMANodes":7,"numa":null}}`,
+		`{"v":1,"gpus":[],"kubelet":{"topologyManagerPolicy":"restricted","topologyManagerScope":"pod","cpuManagerPolicy":"none","maxAllowableNUMANodes":9,"numa":[{"id":0},{"id":1},{"id":2},{"id":3},{"id":4},{"id":5},{"id":6},{"id":7},{"id":8}]}}`,
 		`{"v":1,"gpus":[],"kubelet":null}`, `{"v":1,"gpus":[],"kubelet":[]}`)
 	if s, err := EncodeInventory(sampleKubeletInventory()); err == nil {
 		f.Add(s)

@@ -62,6 +62,18 @@ type NUMACPUs struct {
 // maxNUMANodeID is the highest NUMA node ID the kubelet's bitmask holds.
 const maxNUMANodeID = 63
 
+// MaxTopologyNUMANodes is the most NUMA nodes an inventory may list when its kubelet runs a
+// TopologyManager policy other than none. It follows the kubelet: its TopologyManager refuses to
+// start on machines with more than 8 NUMA nodes (defaultMaxAllowableNUMANodes in k8s.io/kubernetes
+// pkg/kubelet/cm/topologymanager/topology_manager.go, "a state explosion when trying to enumerate
+// possible NUMAAffinity masks") unless the policy option max-allowable-numa-nodes raises it. The
+// extender's model of the kubelet enumerates the same 2^N masks for each provider and merges them
+// pairwise: about 2.6 ms per admission check at 8 NUMA nodes, 45 ms at 10 and 0.6 s at 12, and it
+// cannot allocate them at 48 or more. So an inventory with more is refused (the node gets a
+// bad-inventory reason) even where the kubelet's option allows it. EncodeInventory accepts it (the
+// plugin reports what it sees); DecodeInventory refuses it.
+const MaxTopologyNUMANodes = MinMaxAllowableNUMANodes
+
 func (k *KubeletTopology) validate() error {
 	const key = GPUInventory
 	switch k.TopologyManagerPolicy {
@@ -103,6 +115,17 @@ func (k *KubeletTopology) validate() error {
 			}
 		}
 		seen |= 1 << uint(n.ID)
+	}
+	return nil
+}
+
+// modelled refuses what the scheduler's model of the kubelet cannot enumerate cheaply: more than
+// MaxTopologyNUMANodes NUMA nodes under a policy other than none. It is a decode-time check only,
+// so a plugin on such a node still publishes its facts and the node gets a reason naming them.
+func (k *KubeletTopology) modelled() error {
+	if k.TopologyManagerPolicy != TopologyPolicyNone && len(k.NUMA) > MaxTopologyNUMANodes {
+		return errorf(GPUInventory, "kubelet.numa: %d NUMA nodes under the %s policy, more than the %d the GPU scheduler models (the kubelet's own default limit)",
+			len(k.NUMA), k.TopologyManagerPolicy, MaxTopologyNUMANodes)
 	}
 	return nil
 }

@@ -85,6 +85,10 @@ func TestKubeletTopologyValidation(t *testing.T) {
 		{name: "sample is valid", edit: func(*KubeletTopology) {}},
 		{name: "max 64 is valid", edit: func(t *KubeletTopology) { t.MaxAllowableNUMANodes = 64 }},
 		{name: "NUMA 63 is valid", edit: func(t *KubeletTopology) { t.NUMA[1].ID = 63 }},
+		{name: "8 NUMA nodes under a policy are valid", edit: func(t *KubeletTopology) { t.NUMA = numaNodes(8) }},
+		{name: "64 NUMA nodes under policy none are valid", edit: func(t *KubeletTopology) {
+			t.TopologyManagerPolicy, t.NUMA = TopologyPolicyNone, numaNodes(64)
+		}},
 		{name: "unknown policy", edit: func(t *KubeletTopology) { t.TopologyManagerPolicy = "strict" },
 			wantErr: k + `topologyManagerPolicy: "strict" is not one of none, best-effort, restricted, single-numa-node`},
 		{name: "empty scope", edit: func(t *KubeletTopology) { t.TopologyManagerScope = "" },
@@ -122,4 +126,48 @@ func TestKubeletTopologyValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Issue 21 item 2: the scheduler's model of the kubelet enumerates 2^NUMA masks per admission
+// check (48 or 64 NUMA nodes panicked the extender). The plugin publishes what it sees; the decoder
+// refuses more NUMA nodes than the model covers under a policy other than none, naming the field.
+func TestDecodeRefusesUnmodelledNUMANodes(t *testing.T) {
+	const k = `cardinal.io/gpu-inventory: kubelet.`
+	for _, tt := range []struct {
+		name    string
+		edit    func(*KubeletTopology)
+		wantErr string
+	}{
+		{name: "8 NUMA nodes under a policy", edit: func(t *KubeletTopology) { t.NUMA = numaNodes(8) }},
+		{name: "64 NUMA nodes under policy none", edit: func(t *KubeletTopology) {
+			t.TopologyManagerPolicy, t.NUMA = TopologyPolicyNone, numaNodes(64)
+		}},
+		{name: "9 NUMA nodes under a policy", edit: func(t *KubeletTopology) { t.NUMA = numaNodes(9) },
+			wantErr: k + `numa: 9 NUMA nodes under the single-numa-node policy, more than the 8 the GPU scheduler models (the kubelet's own default limit)`},
+		{name: "64 NUMA nodes even with max-allowable-numa-nodes 64", edit: func(t *KubeletTopology) {
+			t.TopologyManagerPolicy, t.MaxAllowableNUMANodes, t.NUMA = TopologyPolicyRestricted, 64, numaNodes(64)
+		}, wantErr: k + `numa: 64 NUMA nodes under the restricted policy, more than the 8 the GPU scheduler models (the kubelet's own default limit)`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			inv := sampleKubeletInventory()
+			tt.edit(inv.Kubelet)
+			s, err := EncodeInventory(inv)
+			if err != nil {
+				t.Fatalf("encode: %v (the plugin publishes what it sees)", err)
+			}
+			_, err = DecodeInventory(s)
+			if diff := cmp.Diff(tt.wantErr, errString(err)); diff != "" {
+				t.Errorf("decode error (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// numaNodes lists n NUMA nodes with IDs 0..n-1 and 4 CPUs each.
+func numaNodes(n int) []NUMACPUs {
+	out := make([]NUMACPUs, n)
+	for i := range out {
+		out[i] = NUMACPUs{ID: i, CPUs: 4}
+	}
+	return out
 }

@@ -161,7 +161,9 @@ func EncodeInventory(inv Inventory) (string, error) {
 	return encode(inv)
 }
 
-// DecodeInventory decodes and validates the GPUInventory annotation.
+// DecodeInventory decodes and validates the GPUInventory annotation. It also refuses kubelet facts
+// the scheduler cannot model (KubeletTopology.modelled): the device plugin still publishes them, so
+// the node's reason names the field.
 func DecodeInventory(s string) (Inventory, error) {
 	var inv Inventory
 	if err := decode(GPUInventory, s, &inv); err != nil {
@@ -169,6 +171,11 @@ func DecodeInventory(s string) (Inventory, error) {
 	}
 	if err := inv.validate(); err != nil {
 		return Inventory{}, err
+	}
+	if inv.Kubelet != nil {
+		if err := inv.Kubelet.modelled(); err != nil {
+			return Inventory{}, err
+		}
 	}
 	return inv, nil
 }

@@ -81,6 +81,22 @@ type PodRequest struct {
 	// kubelet's admission order (init containers, then app containers) with its CPU request. Set
 	// by ReadCPUs.
 	CPUs []ContainerCPU
+	// ZeroGPU lists, in admission order, the containers whose limits name the GPU resource with 0
+	// (they are not in Containers). The kubelet keeps a request of 0: its device manager still
+	// gives such a container topology hints, which must hold the cards init containers hand on
+	// (devicemanager/topology_hints.go). A container that does not name the resource at all is
+	// not listed.
+	ZeroGPU []ZeroGPU
+}
+
+// ZeroGPU is a container whose limits name the GPU resource with 0.
+type ZeroGPU struct {
+	Name string
+	// Init and Sidecar are as in ContainerRequest.
+	Init, Sidecar bool
+	// Before is the index in PodRequest.Containers of the first GPU container admitted after it
+	// (len(Containers) when none is).
+	Before int
 }
 
 // ContainerCPU is one container's CPU request, as the kubelet's CPU manager reads it.
@@ -116,11 +132,16 @@ func ParsePodRequest(pod *corev1.Pod, names ResourceNames) (PodRequest, error) {
 			errs = append(errs, err)
 			return
 		}
+		side := init && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 		if r.Count == 0 {
+			// The kubelet reads the limits (requests of an extended resource must equal them).
+			if _, listed := c.Resources.Limits[names.GPU]; listed {
+				req.ZeroGPU = append(req.ZeroGPU, ZeroGPU{Name: c.Name, Init: init, Sidecar: side, Before: len(req.Containers)})
+			}
 			return
 		}
 		r.Init = init
-		r.Sidecar = init && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		r.Sidecar = side
 		req.Containers = append(req.Containers, r)
 	}
 	for i := range pod.Spec.InitContainers {

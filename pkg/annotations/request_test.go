@@ -307,20 +307,24 @@ func TestParsePodRequest(t *testing.T) {
 			want: PodRequest{Containers: []ContainerRequest{{Name: "a", Count: 1}, {Name: "b", Count: 2}}},
 		},
 		{
-			name: "init containers first, a sidecar marked, explicit 0 skipped",
+			// An explicit 0 asks no cards, but the kubelet still gives it device hints (ZeroGPU);
+			// a container that names the resource only in its requests is not listed (the
+			// kubelet reads limits).
+			name: "init containers first, a sidecar marked, explicit 0 kept apart",
 			spec: corev1.PodSpec{
 				InitContainers: []corev1.Container{
 					ctr("warmup", res("nvidia.com/gpu", "2"), nil),
 					ctr("fetch", res("nvidia.com/gpu", "0"), nil),
 					sidecar,
 				},
-				Containers: []corev1.Container{ctr("train", res("nvidia.com/gpu", "2"), nil)},
+				Containers: []corev1.Container{ctr("train", res("nvidia.com/gpu", "2"), nil),
+					ctr("eval", res("nvidia.com/gpu", "0"), nil), ctr("log", nil, res("nvidia.com/gpu", "0")), ctr("web", nil, nil)},
 			},
 			want: PodRequest{Containers: []ContainerRequest{
 				{Name: "warmup", Init: true, Count: 2},
 				{Name: "proxy", Init: true, Sidecar: true, Count: 1, Shared: true, Cores: 10},
 				{Name: "train", Count: 2},
-			}},
+			}, ZeroGPU: []ZeroGPU{{Name: "fetch", Init: true, Before: 1}, {Name: "eval", Before: 3}}},
 		},
 		{
 			name: "restartPolicy on an app container does not make it a sidecar",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -69,6 +70,10 @@ type podRecord struct {
 	asg *annotations.Assignment
 	// since is when the reservation was made or last confirmed by a bind (reserved records only).
 	since time.Time
+	// unsettled is true once a Binding of this reservation had an unknown outcome: it may still
+	// commit, so only proof that no earlier write can land frees the reservation
+	// (reservations_freed_by_proof.go), never a later attempt's refusal.
+	unsettled bool
 	// applied are the holdings added to the node's state, kept to remove exactly those.
 	applied []core.Holding
 }
@@ -128,6 +133,8 @@ type Cache struct {
 	// other pods against, and softNodes counts nodes with a soft entry (the filter shortlist).
 	affinity  map[types.UID][]affinityTerm
 	softNodes int
+	// onPanic is told of a panic while deciding a node (panics.go); nil: nobody.
+	onPanic PanicHandler
 }
 
 // NewCache returns an empty cache.
@@ -550,15 +557,27 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 		// sharing of node states (see evaluateParts): the verdicts do not depend on the split.
 		var wg sync.WaitGroup
 		flags := make([][2]bool, parts)
+		panics := make([]*escaped, parts)
 		for i := range parts {
 			lo, hi := i*len(names)/parts, (i+1)*len(names)/parts
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// Outside the HTTP layer's recovery: a panic here would end the process.
+				defer func() {
+					if v := recover(); v != nil {
+						panics[i] = &escaped{value: v, stack: debug.Stack()}
+					}
+				}()
 				flags[i][0], flags[i][1] = c.evaluate(uid, p, names[lo:hi], out[lo:hi])
 			}()
 		}
 		wg.Wait()
+		for _, e := range panics {
+			if e != nil {
+				panic(e)
+			}
+		}
 		for _, f := range flags {
 			free, waiting = free || f[0], waiting || f[1]
 		}
@@ -632,10 +651,7 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			}
 			if !hit {
 				var plan *core.Plan
-				plan, v.Reason = p.FitWith(n.state, &c.mix, &s)
-				if plan != nil {
-					v.Score = p.ScoreWith(n.state, plan, &c.mix, &s)
-				}
+				plan, v.Score, v.Reason = c.decideNode(n, p, &s)
 				store := share && (v.Reason == nil || v.Reason.UUID == "")
 				if store {
 					if _, taken := seen[k]; taken {
@@ -758,7 +774,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 		}
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}
-	plan, r := p.Fit(n.state, &c.mix)
+	plan, r := c.fitNode(n, p)
 	if r != nil {
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}
@@ -782,52 +798,6 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 	return a, nil
 }
 
-// Reservation is a reservation Reserve made that the informer has not yet shown bound.
-type Reservation struct {
-	UID   types.UID
-	Key   string // namespace/name
-	Node  string
-	Since time.Time
-}
-
-// Reservations returns the reservations made or last confirmed before cutoff, oldest first is not
-// promised. The caller reads each pod back and settles it (ExpireReservation or UpsertPod).
-func (c *Cache) Reservations(cutoff time.Time) []Reservation {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	var out []Reservation
-	for _, p := range c.pods {
-		if p.reserved && p.since.Before(cutoff) {
-			out = append(out, Reservation{UID: p.uid, Key: p.key, Node: p.node, Since: p.since})
-		}
-	}
-	return out
-}
-
-// ExpireReservation drops the reservation r when it is still the pod's record and unchanged since
-// Reservations returned it (the pod was read back unbound or gone).
-func (c *Cache) ExpireReservation(r Reservation) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.pods[r.UID]
-	if old == nil || !old.reserved || old.node != r.Node || !old.since.Equal(r.Since) {
-		return false
-	}
-	c.replace(r.UID, old, nil)
-	if h, ok := c.hosts[r.UID]; ok && h.reserved {
-		c.setHost(r.UID, hostRecord{}, false)
-	}
-	return true
-}
-
-// reservedNode returns the node of the pod's live reservation, if it has one. Callers hold mu.
-func (c *Cache) reservedNode(uid types.UID) (string, bool) {
-	if p := c.pods[uid]; p != nil && p.reserved {
-		return p.node, true
-	}
-	return "", false
-}
-
 func dedupUses(us []use) []use {
 	out := us[:0]
 	seen := map[string]bool{}
@@ -838,18 +808,6 @@ func dedupUses(us []use) []use {
 		}
 	}
 	return out
-}
-
-// Release drops a reservation made by Reserve (bind failed). Records seen by the informer stay.
-func (c *Cache) Release(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old := c.pods[uid]; old != nil && old.reserved {
-		c.replace(uid, old, nil)
-	}
-	if h, ok := c.hosts[uid]; ok && h.reserved {
-		c.setHost(uid, hostRecord{}, false)
-	}
 }
 
 // waits returns ReasonInFlight when a GPU container of the pod would be in flight on the node beside

@@ -30,8 +30,9 @@
 //
 // NewServer(cache, ServerOptions) and Server.Handler serve POST /filter, /prioritize, /bind and
 // GET /healthz, /readyz, /metrics. Bodies are read through one size-limited decoder; pods without
-// GPU requests pass through untouched. Bind writes the assignment, then posts the Binding; on any
-// failure it releases the reservation and records a GPUBindFailed event on the pod.
+// GPU requests pass through untouched. Bind writes the assignment, then posts the Binding; on a
+// failure it records a GPUBindFailed event on the pod and frees the reservation only by proof that
+// no Binding of it can still land (reservations_freed_by_proof.go).
 //
 // With ServerOptions.FilterShortlist > 0 filter answers only the best-ranked fitting nodes for pods
 // whose in-tree kube-scheduler scores cannot differ between nodes (shortlist.go), so kube-scheduler

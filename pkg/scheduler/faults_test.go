@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -293,5 +294,60 @@ func TestUnmanagedGPUPodIsInFlight(t *testing.T) {
 	}
 	if a, _ := h.assignmentOf("default", "x"); a.Containers[0].Devices[0].UUID == uuidOf("n1", 3) {
 		t.Fatal("x was given the unmanaged pod's card")
+	}
+}
+
+// Issue 21 item 1: bind attempt 1 times out with the pod still unbound (outcome unknown, the
+// reservation stays); the retry on the same node is refused outright (429 from API priority and
+// fairness) and reads the pod back unbound. Before the fix the retry freed the reservation, attempt
+// 1's Binding then committed, and y was given the same card. Only proof that no earlier write can
+// land frees it: here the TTL read-back, which finds x bound and keeps its card.
+func TestRetryRefusalKeepsReservationAnEarlierBindingMayCommit(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	x, y, z := gpuPod("x", nil, ctr{name: "m", gpu: 1}), gpuPod("y", nil, ctr{name: "m", gpu: 1}), gpuPod("z", nil, ctr{name: "m", gpu: 1})
+	h := newHarness(t, harnessOptions{clock: clk}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 1}),
+		gpuNode(nodeSpec{name: "n2", model: a40, memMiB: 100, count: 1}))
+	h.createPods(x, y, z)
+	h.failBindings(false, context.DeadlineExceeded)
+	if err := h.bind("x", "n1"); !strings.Contains(err, "deadline") {
+		t.Fatalf("attempt 1: %q", err)
+	}
+	asg := *h.cache.pods[x.UID].asg
+	tooMany := apierrors.NewTooManyRequests("the server is handling too many requests", 1)
+	h.client.ReactionChain = h.client.ReactionChain[1:]
+	h.failBindings(false, tooMany)
+	if err := h.bind("x", "n1"); !strings.Contains(err, "too many requests") {
+		t.Fatalf("retry: %q", err)
+	}
+	if got := h.held("n1", 0); got != 1 {
+		t.Fatalf("after the retry's refusal n1's card is held %d times, want 1: attempt 1 may still commit", got)
+	}
+	// Attempt 1's Binding commits; the informer has not shown it yet.
+	enc, err := annotations.EncodeAssignment(asg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.commitBinding(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x", UID: x.UID,
+		Annotations: map[string]string{annotations.GPUAssignment: enc}}, Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	h.client.ReactionChain = h.client.ReactionChain[1:]
+	if err := h.bind("y", "n1"); !strings.Contains(err, ErrNoFit.Error()) {
+		t.Fatalf("bind y onto the card x's first Binding took: %q, want no fit", err)
+	}
+	// The TTL read-back finds x bound: its card stays held, now as a bound record.
+	clk.SetTime(clk.Now().Add(DefaultReservationTTL + time.Second))
+	h.srv.settleReservations(context.Background(), DefaultReservationTTL)
+	if rec := h.cache.pods[x.UID]; rec == nil || rec.reserved || h.held("n1", 0) != 1 {
+		t.Fatalf("x after the TTL read-back: %+v, card held %d times; want a bound record holding it", rec, h.held("n1", 0))
+	}
+
+	// A refusal with no earlier unknown outcome frees at once: z's card on n2 is free again.
+	h.failBindings(false, tooMany)
+	if err := h.bind("z", "n2"); !strings.Contains(err, "too many requests") {
+		t.Fatalf("bind z: %q", err)
+	}
+	if got := h.held("n2", 0); got != 0 {
+		t.Fatalf("a refused first Binding left n2's card held %d times", got)
 	}
 }

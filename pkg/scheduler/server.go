@@ -141,6 +141,10 @@ func NewServer(cache *Cache, o ServerOptions) *Server {
 		s.registry = prometheus.NewRegistry()
 	}
 	s.metrics = newMetrics(s.registry)
+	cache.OnPanic(func(node string, v any, stack []byte) {
+		s.metrics.panics.Inc()
+		s.log.Error(fmt.Errorf("panic: %v", v), "deciding a node panicked; the node fails for this pod", logging.KeyNode, node, "stack", string(stack))
+	})
 	return s
 }
 
@@ -507,15 +511,23 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		return "no_fit", err
 	}
 	if err := s.writeAndBind(ctx, pod, asg); err != nil {
-		switch s.settle(ctx, pod, asg, err) {
+		switch outcome, got := s.settle(ctx, pod, asg, err); outcome {
 		case bindCommitted:
 			log.Info("binding reported an error but committed", logging.KeyReason, err.Error())
 			return "bound", nil
-		case bindFailed:
-			s.cache.Release(pod.UID)
+		case bindGone:
+			s.cache.ReleaseProven(pod.UID)
+		case bindElsewhere:
+			// The pod is bound, not with this assignment: its record replaces the reservation.
+			s.cache.UpsertPod(got)
+		case bindRefused:
+			if !s.cache.Release(pod.UID) {
+				log.Info("binding refused; an earlier binding of the same reservation may still commit, so its cards stay reserved", logging.KeyReason, err.Error())
+			}
 		case bindUnknown:
 			// The reservation stays: the Binding may still commit. A retry writes the same
 			// assignment; the reservation expires if the pod is still unbound after ReservationTTL.
+			s.cache.MarkUnsettled(pod.UID)
 		}
 		s.event(pod, err)
 		return "error", err
@@ -529,12 +541,18 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 // errNotSynced refuses verbs that would act on a cache that has not seen every pod yet.
 var errNotSynced = errors.New("GPU scheduler cache is not synced yet")
 
-// bindOutcome is what a failed Binding POST turned out to have done.
+// bindOutcome is what a failed Binding POST turned out to have done (reservations_freed_by_proof.go).
 type bindOutcome int
 
 const (
-	// bindFailed: the Binding certainly did not bind the pod with this assignment.
-	bindFailed bindOutcome = iota
+	// bindRefused: the API server refused this write; the pod is unbound. An earlier Binding of
+	// the same reservation whose outcome was unknown may still commit.
+	bindRefused bindOutcome = iota
+	// bindGone: the pod is gone or was created again: no Binding of it can land.
+	bindGone
+	// bindElsewhere: the pod is bound, elsewhere or with other cards: no Binding of this
+	// reservation can land.
+	bindElsewhere
 	// bindCommitted: the pod is bound to the node with this assignment despite the error.
 	bindCommitted
 	// bindUnknown: the write may still commit (a timeout, a lost reply, an unreadable pod).
@@ -542,27 +560,26 @@ const (
 )
 
 // settle finds out what a Binding POST that returned err did, by reading the pod back from the API
-// server (not the informer, which may lag): only an answer that proves the pod unbound by this
-// write frees its reservation.
-func (s *Server) settle(ctx context.Context, pod *corev1.Pod, asg annotations.Assignment, err error) bindOutcome {
+// server (not the informer, which may lag); got is the pod read back (bindElsewhere).
+func (s *Server) settle(ctx context.Context, pod *corev1.Pod, asg annotations.Assignment, err error) (bindOutcome, *corev1.Pod) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	got, gerr := s.client.CoreV1().Pods(pod.Namespace).Get(rctx, pod.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(gerr):
-		return bindFailed
+		return bindGone, nil
 	case gerr != nil:
-		return bindUnknown
+		return bindUnknown, nil
 	case got.UID != pod.UID:
-		return bindFailed // deleted and created again: the reservation's pod is gone
+		return bindGone, nil // deleted and created again: the reservation's pod is gone
 	case got.Spec.NodeName == asg.Node && sameAssignment(got, asg):
-		return bindCommitted
+		return bindCommitted, got
 	case got.Spec.NodeName != "":
-		return bindFailed // bound elsewhere or with other cards: the informer records what it holds
+		return bindElsewhere, got // bound elsewhere or with other cards: its record says what it holds
 	case definitive(err):
-		return bindFailed
+		return bindRefused, nil
 	}
-	return bindUnknown
+	return bindUnknown, nil
 }
 
 // settleTimeout bounds the read-back of a pod after a failed Binding.
@@ -664,6 +681,8 @@ type metrics struct {
 	nodes    *prometheus.CounterVec
 	binds    *prometheus.CounterVec
 	expired  prometheus.Counter
+	// panics counts panics recovered while deciding a node (panics.go).
+	panics prometheus.Counter
 	// shortlists counts filter answers for pods with more fitting nodes than the shortlist, by
 	// whether they were shortlisted or why not (fullReason).
 	shortlists *prometheus.CounterVec
@@ -697,6 +716,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "cardinal_extender_reservations_expired_total",
 		Help: "Reservations freed because their pod was still unbound (or gone) after the reservation timeout.",
 	})
-	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.shortlists)
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cardinal_extender_decide_panics_total",
+		Help: "Panics recovered while deciding a pod on one node; that node failed for the pod (its reason says so) and the panic was logged with its stack.",
+	})
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.shortlists, m.panics)
 	return m
 }

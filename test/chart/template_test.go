@@ -844,3 +844,25 @@ func TestWebhookValuesThatRender(t *testing.T) {
 		t.Errorf("--trusted-service-accounts = %q, want %q", args["trusted-service-accounts"], want)
 	}
 }
+
+// Issue 21 item 5: a shortlisted pod reaches kube-scheduler with one node and skips its scores, so
+// with scheduler.inTreeResourceScores the shortlist is off whatever filterShortlist says; without
+// it, filterShortlist is rendered as given.
+func TestInTreeResourceScoresTurnShortlistOff(t *testing.T) {
+	for _, c := range []struct {
+		inTree bool
+		want   string
+	}{{true, "0"}, {false, "3"}} {
+		r := render(t, map[string]any{"scheduler": map[string]any{
+			"inTreeResourceScores": c.inTree,
+			"extender":             map[string]any{"filterShortlist": 3},
+		}})
+		d := get[*appsv1.Deployment](t, r, schedulerName)
+		if got := flagsOf(t, container(t, d.Spec.Template.Spec, "extender").Args)["filter-shortlist"]; got != c.want {
+			t.Errorf("inTreeResourceScores=%v, filterShortlist 3: --filter-shortlist=%s, want %s", c.inTree, got, c.want)
+		}
+		if in := slices.ContainsFunc(schedulerConfig(t, r).Profiles, func(p configv1.KubeSchedulerProfile) bool { return p.Plugins == nil }); in != c.inTree {
+			t.Errorf("inTreeResourceScores=%v: profile keeps the in-tree scores = %v", c.inTree, in)
+		}
+	}
+}

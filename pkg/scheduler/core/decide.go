@@ -148,13 +148,23 @@ func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) 
 	return p, nil
 }
 
-// kubeletRequest is the pod as the kubelet's TopologyManager sees it: its GPU containers and, in a
-// Guaranteed pod (req.CPUs), every container with a whole number of CPUs, in admission order; and
-// for each of them its index in req.Containers (-1 when it has no cards). When req.CPUs does not
-// list the GPU containers in their order, the GPU containers alone are used.
+// kubeletRequest is the pod as the kubelet's TopologyManager sees it: its GPU containers, the
+// containers whose limits name the GPU resource with 0 (req.ZeroGPU: the device manager still
+// gives them hints) and, in a Guaranteed pod (req.CPUs), every container with a whole number of
+// CPUs, in admission order; and for each of them its index in req.Containers (-1 when it has no
+// cards). When req.CPUs does not list the GPU containers in their order, the GPU and zero-GPU
+// containers alone are used.
 func kubeletRequest(req *annotations.PodRequest) (topology.Request, []int) {
 	r := topology.Request{Guaranteed: req.Guaranteed}
-	gpu := make([]int, 0, len(req.Containers))
+	gpu := make([]int, 0, len(req.Containers)+len(req.ZeroGPU))
+	zero := func(name string) bool {
+		for i := range req.ZeroGPU {
+			if req.ZeroGPU[i].Name == name {
+				return true
+			}
+		}
+		return false
+	}
 	next := 0
 	for i := range req.CPUs {
 		c := &req.CPUs[i]
@@ -167,17 +177,27 @@ func kubeletRequest(req *annotations.PodRequest) (topology.Request, []int) {
 		if req.Guaranteed {
 			cpus = c.WholeCPUs()
 		}
-		if devices == 0 && cpus == 0 {
+		listed := devices == 0 && zero(c.Name)
+		if devices == 0 && cpus == 0 && !listed {
 			continue
 		}
-		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: devices, CPUs: cpus})
+		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: devices, CPUs: cpus, ListsDevices: listed})
 		gpu = append(gpu, gi)
 	}
 	if next == len(req.Containers) && len(req.CPUs) > 0 {
 		return r, gpu
 	}
 	r.Containers, gpu = r.Containers[:0], gpu[:0]
-	for i := range req.Containers {
+	z := 0
+	for i := 0; i <= len(req.Containers); i++ {
+		for ; z < len(req.ZeroGPU) && req.ZeroGPU[z].Before <= i; z++ {
+			c := &req.ZeroGPU[z]
+			r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, ListsDevices: true})
+			gpu = append(gpu, -1)
+		}
+		if i == len(req.Containers) {
+			break
+		}
 		c := &req.Containers[i]
 		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: c.Count})
 		gpu = append(gpu, i)

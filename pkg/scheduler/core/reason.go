@@ -54,6 +54,9 @@ const (
 	// ReasonSharingNotReady: a container shares cards and the node's sharing mode (Detail: mps,
 	// hami-core) cannot enforce limits now (its MPS daemon does not answer, its library is missing).
 	ReasonSharingNotReady
+	// ReasonInternal: deciding the pod on this node panicked (Detail: the panic's value); the
+	// extender logged it with its stack and failed this node only.
+	ReasonInternal
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -184,6 +187,8 @@ func (r *Reason) String() string {
 		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
 	case ReasonSharingNotReady:
 		fmt.Fprintf(&b, "shares a card, but the node's %s sharing cannot enforce limits now (not ready)", r.Detail)
+	case ReasonInternal:
+		fmt.Fprintf(&b, "the GPU scheduler failed deciding this node (internal error, logged): %s", r.Detail)
 	default:
 		fmt.Fprintf(&b, "reason %d", int(r.Kind))
 	}

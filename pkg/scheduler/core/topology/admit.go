@@ -20,7 +20,7 @@ func Admit(n *Node, devs []Device, r *Request) (Result, *Refusal) {
 	res := Result{Containers: make([]ContainerResult, len(r.Containers))}
 	if n.Scope == ScopePod {
 		devNeed, cpuNeed := s.podRequests()
-		devHints, devMin := s.deviceHints(devNeed, false)
+		devHints, devMin := s.deviceHints(devNeed, s.podListsDevices(), false)
 		cpuHints, cpuMin := s.cpuHints(cpuNeed)
 		best, ok := s.merge(devHints, cpuHints)
 		if !ok {
@@ -37,11 +37,16 @@ func Admit(n *Node, devs []Device, r *Request) (Result, *Refusal) {
 	for i := range r.Containers {
 		c := &r.Containers[i]
 		cpuNeed := s.cpus(c)
-		devHints, devMin := s.deviceHints(c.Devices, true)
+		listed := c.Devices > 0 || c.ListsDevices
+		devHints, devMin := s.deviceHints(c.Devices, listed, true)
 		cpuHints, cpuMin := s.cpuHints(cpuNeed)
 		best, ok := s.merge(devHints, cpuHints)
 		if !ok {
-			return Result{}, s.refuse(ReasonTopologyAffinity, c.Name, c.Devices, cpuNeed, devMin, cpuMin, best)
+			ref := s.refuse(ReasonTopologyAffinity, c.Name, c.Devices, cpuNeed, devMin, cpuMin, best)
+			if c.Devices == 0 && listed {
+				ref.ZeroOn = s.reusedNUMA()
+			}
+			return Result{}, ref
 		}
 		if ref := s.allocate(i, best, &res.Containers[i]); ref != nil {
 			return Result{}, ref
@@ -142,13 +147,38 @@ func (s *sim) podRequests() (devices, cpus int) {
 	return max(appD+sideD, initD), max(appC+sideC, initC)
 }
 
+// podListsDevices reports whether some container's limits name Cardinal's resource: the pod's
+// limits (PodLimits in getPodDeviceRequest) then hold it, with 0 where every container asks 0.
+func (s *sim) podListsDevices() bool {
+	for i := range s.r.Containers {
+		if c := &s.r.Containers[i]; c.Devices > 0 || c.ListsDevices {
+			return true
+		}
+	}
+	return false
+}
+
+// reusedNUMA is the NUMA nodes of the devices init containers hand on now.
+func (s *sim) reusedNUMA() Mask {
+	var m Mask
+	for i := range s.devs {
+		if s.reuse[i] {
+			m |= MaskOf(s.devs[i].NUMA)
+		}
+	}
+	return m
+}
+
 // deviceHints is GetTopologyHints / GetPodTopologyHints of the device manager with
-// generateDeviceTopologyHints, in the form filterProvidersHints gives them. min is the fewest
-// NUMA nodes whose devices (all of them, healthy or not) could hold need (minAffinitySize).
-func (s *sim) deviceHints(need int, withReuse bool) (hints []Hint, min int) {
-	if need <= 0 || !s.devTopology {
-		// No request of the resource: the provider returns no hints; no device reports a NUMA
-		// node: nil hints. Both mean no preference.
+// generateDeviceTopologyHints, in the form filterProvidersHints gives them, for a container (or
+// pod) whose limits name the resource (listed) with need. min is the fewest NUMA nodes whose
+// devices (all of them, healthy or not) could hold need (minAffinitySize). A limit of 0 still
+// gets hints: every mask that holds the handed-on devices, the single NUMA nodes preferred
+// (every mask holds 0 devices, so minAffinitySize is 1).
+func (s *sim) deviceHints(need int, listed, withReuse bool) (hints []Hint, min int) {
+	if !listed || need < 0 || !s.devTopology {
+		// The limits do not name the resource: the provider returns no hints for it; no device
+		// reports a NUMA node: nil hints. Both mean no preference.
 		return noPreference, 0
 	}
 	var availOn [64]int

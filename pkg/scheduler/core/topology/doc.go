@@ -24,7 +24,7 @@
 //
 // Modelled: the four policies, both scopes, the options prefer-closest-numa-nodes and
 // max-allowable-numa-nodes, the device manager's hints and allocation for one device-plugin resource
-// (Cardinal's), the static CPU manager's hints and NUMA placement of exclusive CPUs, and the hand-on
+// (Cardinal's; a container whose limits name it with 0 gets hints too, Container.ListsDevices), the static CPU manager's hints and NUMA placement of exclusive CPUs, and the hand-on
 // of init containers' devices and CPUs to later containers (sidecars keep theirs).
 //
 // Not modelled (documented limits): other device-plugin resources and DRA claims of the same pod

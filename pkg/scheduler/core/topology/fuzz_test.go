@@ -41,8 +41,9 @@ func FuzzAdmit(f *testing.F) {
 		req := &Request{Guaranteed: next()%2 == 0}
 		for i := range 1 + next()%4 {
 			kind := next() % 3
+			d := next()
 			req.Containers = append(req.Containers, Container{Name: fmt.Sprint("c", i), Init: kind > 0, Restartable: kind == 2,
-				Devices: next() % 4, CPUs: next() % 9})
+				Devices: d % 4, ListsDevices: d&4 != 0, CPUs: next() % 9})
 		}
 		res, ref := Admit(n, devs, req)
 		if n.Policy == PolicyNone {

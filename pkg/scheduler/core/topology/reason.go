@@ -45,6 +45,9 @@ type Refusal struct {
 	NoNUMADevices int
 	// Detail explains ReasonInvalidNode.
 	Detail string
+	// ZeroOn, for a container whose limits name the card resource with 0, is the NUMA nodes of the
+	// cards init containers hand on: the kubelet's device hints for it must hold them.
+	ZeroOn Mask
 }
 
 // NUMAFree is what one NUMA node has free for the container being admitted: devices (free or
@@ -98,6 +101,9 @@ func (r *Refusal) Error() string {
 			b.WriteString(" on " + r.fewest())
 		}
 		r.writeNUMA(&b)
+		if r.ZeroOn != 0 {
+			fmt.Fprintf(&b, "; it lists the card resource with 0, so the kubelet also holds it to NUMA %s, where init containers' cards are handed on", r.ZeroOn)
+		}
 	case ReasonDevicesUnavailable:
 		free := r.NoNUMADevices
 		for _, f := range r.NUMA {
@@ -197,6 +203,9 @@ func (n *Node) Validate() error {
 	}
 	if n.Policy != "" && n.Policy != PolicyNone && len(n.NUMA) > limit {
 		return fmt.Errorf("%d NUMA nodes, more than max-allowable-numa-nodes (%d)", len(n.NUMA), limit)
+	}
+	if n.Policy != "" && n.Policy != PolicyNone && len(n.NUMA) > MaxNUMANodes {
+		return fmt.Errorf("%d NUMA nodes, more than the %d this model enumerates", len(n.NUMA), MaxNUMANodes)
 	}
 	if len(n.NUMA) == 0 && n.Policy != "" && n.Policy != PolicyNone {
 		return errors.New("no NUMA nodes")

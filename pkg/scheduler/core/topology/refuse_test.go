@@ -2,6 +2,7 @@ package topology
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -313,6 +314,87 @@ func BenchmarkAdmit(b *testing.B) {
 	for b.Loop() {
 		if _, ref := Admit(n, devs, req); ref != nil {
 			b.Fatal(ref)
+		}
+	}
+}
+
+// Issue 21 item 2: the model enumerates 2^NUMA masks. Nodes with more NUMA nodes than the kubelet's
+// default limit, even where max-allowable-numa-nodes allows them, are refused as invalid at once:
+// before, 20 NUMA nodes cost 76–238 ms per check and 48 or 64 panicked (makeslice: cap out of range).
+func TestAdmitRefusesMoreNUMANodesThanItModels(t *testing.T) {
+	for _, count := range []int{64, 48, MaxNUMANodes + 1} {
+		n := &Node{Policy: PolicyRestricted, CPUPolicy: CPUPolicyStatic, MaxAllowableNUMANodes: 64}
+		var devs []Device
+		for id := range count {
+			n.NUMA = append(n.NUMA, numa(id, 4, 0, 0))
+			devs = append(devs, cards(id, 1, 0)...)
+		}
+		_, ref := Admit(n, devs, pod(true, app("a", 1, 2)))
+		if ref == nil || ref.Reason != ReasonInvalidNode || !strings.Contains(ref.Error(), "more than the 8 this model enumerates") {
+			t.Errorf("%d NUMA nodes: refusal %v, want %s naming the model's limit", count, ref, ReasonInvalidNode)
+		}
+	}
+	// The limit itself is modelled.
+	n := &Node{Policy: PolicyRestricted, CPUPolicy: CPUPolicyStatic}
+	var devs []Device
+	for id := range MaxNUMANodes {
+		n.NUMA = append(n.NUMA, numa(id, 4, 0, 0))
+		devs = append(devs, cards(id, 1, 0)...)
+	}
+	if _, ref := Admit(n, devs, pod(true, app("a", 1, 2))); ref != nil {
+		t.Fatalf("%d NUMA nodes: %v", MaxNUMANodes, ref)
+	}
+}
+
+// Issue 21 item 4: a container whose limits name the card resource with 0 still gets device hints
+// (devicemanager/topology_hints.go keeps the request of 0), and they must hold the cards init
+// containers hand on. The init container takes the free card on NUMA 1; the app container, with
+// the resource at 0 and 4 exclusive CPUs, which only NUMA 0 has free: its device hints are the
+// masks holding NUMA 1 ({1} preferred), its CPU hint {0}, so no preferred merge exists. Before the
+// fix the model treated 0 as "no preference" and admitted the pod the kubelet refuses.
+func TestZeroDeviceLimitFollowsHandedOnDevices(t *testing.T) {
+	devs := join(cards(0, 1, 1), cards(1, 1, 0)) // NUMA 0's card is held; NUMA 1's is free
+	mk := func(policy Policy, listed bool) (*Node, *Request) {
+		n := &Node{Policy: policy, CPUPolicy: CPUPolicyStatic, NUMA: []NUMANode{numa(0, 8, 0, 0), numa(1, 8, 0, 6)}}
+		a := app("a", 0, 4)
+		a.ListsDevices = listed
+		return n, pod(true, initC("init", 1, 0), a)
+	}
+	for _, policy := range []Policy{PolicyRestricted, PolicySingleNUMANode} {
+		n, r := mk(policy, true)
+		_, ref := Admit(n, devs, r)
+		if ref == nil || ref.Reason != ReasonTopologyAffinity || ref.Container != "a" {
+			t.Fatalf("%s, app lists the cards with 0: refusal %v, want %s for container a", policy, ref, ReasonTopologyAffinity)
+		}
+		if want := "it lists the card resource with 0, so the kubelet also holds it to NUMA {1}, where init containers' cards are handed on"; !strings.Contains(ref.Error(), want) {
+			t.Errorf("%s: %q, want it to say %q", policy, ref.Error(), want)
+		}
+		// Not listing the resource at all is "no preference": admitted on NUMA 0.
+		n, r = mk(policy, false)
+		res, ref := Admit(n, devs, r)
+		if ref != nil || res.Containers[1].Hint.Affinity != MaskOf(0) {
+			t.Fatalf("%s, app does not list the cards: %+v %v, want admitted on NUMA 0", policy, res.Containers, ref)
+		}
+	}
+	// best-effort admits either way, with the merged (non-preferred) affinity.
+	n, r := mk(PolicyBestEffort, true)
+	if _, ref := Admit(n, devs, r); ref != nil {
+		t.Fatalf("best-effort: %v", ref)
+	}
+}
+
+// A limit of 0 with nothing handed on gives every mask, the single NUMA nodes preferred; merged
+// with CPUs that need two NUMA nodes, no hint is preferred and restricted refuses, as the kubelet
+// does, while a container that does not list the resource is admitted.
+func TestZeroDeviceLimitWithoutHandOn(t *testing.T) {
+	devs := join(cards(0, 1, 0), cards(1, 1, 0))
+	for _, listed := range []bool{true, false} {
+		n := &Node{Policy: PolicyRestricted, CPUPolicy: CPUPolicyStatic, NUMA: []NUMANode{numa(0, 8, 0, 0), numa(1, 8, 0, 0)}}
+		a := app("a", 0, 12) // 12 CPUs: both NUMA nodes
+		a.ListsDevices = listed
+		_, ref := Admit(n, devs, pod(true, app("g", 1, 0), a))
+		if (ref != nil) != listed {
+			t.Errorf("listed=%v: refusal %v", listed, ref)
 		}
 	}
 }

@@ -33,6 +33,14 @@ const (
 // is set (topology_manager.go, defaultMaxAllowableNUMANodes); beyond it the kubelet does not start.
 const DefaultMaxAllowableNUMANodes = 8
 
+// MaxNUMANodes is the most NUMA nodes Admit models under a policy other than none: it enumerates
+// every subset of them for each hint provider, as the kubelet does, and merges the two lists
+// pairwise, which the kubelet's default limit keeps cheap (about 2.6 ms per admission at 8 NUMA
+// nodes, 45 ms at 10, 0.6 s at 12). A node with more, which the kubelet runs only with
+// max-allowable-numa-nodes raised, is refused with ReasonInvalidNode (the inventory decoder refuses
+// it first: annotations.MaxTopologyNUMANodes).
+const MaxNUMANodes = DefaultMaxAllowableNUMANodes
+
 // Node is what the model knows of one node's kubelet and NUMA layout.
 type Node struct {
 	Policy Policy
@@ -92,6 +100,11 @@ type Container struct {
 	Init, Restartable bool
 	// Devices is the container's limit of Cardinal's resource.
 	Devices int
+	// ListsDevices is true when the container's limits name Cardinal's resource, with any
+	// quantity: the device manager gives hints for a limit of 0 too (GetTopologyHints keeps every
+	// resource of the limits), and those hints must hold the devices init containers hand on. A
+	// container with Devices > 0 lists them whatever this says.
+	ListsDevices bool
 	// CPUs is the container's CPU request when it is a whole number (0 otherwise); it counts only
 	// when the pod is Guaranteed and the CPU manager policy is static.
 	CPUs int
