@@ -20,9 +20,9 @@ type use struct {
 // container reuses its init container's cards, so summing would count the same card use twice.
 type cardLoads map[int]map[*podEntry]use
 
-// heldIDs are the IDs a container holds or is about to hold: what the kubelet gave it (the record,
-// or what this process served or learned from PodResources), else its assignment while the pod is
-// in flight or running without a record. Containers of pods that ended hold nothing.
+// heldIDs are the IDs a container holds or is about to hold: what the kubelet gave it (as this
+// process served it or learned from PodResources; a record alone does not count), else its
+// assignment. Containers of pods that ended hold nothing.
 func heldIDs(h *holder) []string {
 	if h.Pod.Gone {
 		return nil

@@ -18,13 +18,15 @@ type podEntry struct {
 	UID       types.UID
 	Namespace string
 	Name      string
-	// seq orders pods by when this plugin first saw them bound here (the kubelet admits pods in the
-	// order it sees them bound).
+	// seq orders pods by when this plugin first saw them bound here (order.go).
 	seq uint64
 	// bound is when the pod was bound (its PodScheduled condition; its creation when it has none), to
 	// the second: the order of pods the plugin first saw together in its initial list (listed).
 	bound  time.Time
 	listed bool
+	// created is the pod's creation time (whole seconds): the kubelet's order within one batch of
+	// pods it sees at once (order.go).
+	created time.Time
 	// Pending is true while the pod's phase is Pending: the kubelet has not started it yet.
 	Pending bool
 	// Gone is true for pods that ended (Succeeded, Failed) or are being deleted.
@@ -66,6 +68,7 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) 
 			pod.DeletionTimestamp != nil,
 		Requests: map[string]annotations.ContainerRequest{},
 		bound:    pod.CreationTimestamp.Time,
+		created:  pod.CreationTimestamp.Time,
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {

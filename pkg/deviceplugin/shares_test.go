@@ -32,6 +32,7 @@ func TestSharesRaisedWhileACardIsHeldWhole(t *testing.T) {
 	woken := p.changed
 	whole := running(t, newPod("whole", ctr{name: "main", ids: []string{uuidOf(1)}}), uuidOf(1))
 	p.UpsertPod(whole)
+	kubeletSays(t, p, map[string][]string{"whole": {uuidOf(1)}})
 	want := map[string]string{uuidOf(1): pluginapi.Healthy}
 	for k := 0; k < 4; k++ {
 		want[annotations.SlotID(uuidOf(1), k)] = pluginapi.Unhealthy
@@ -61,6 +62,7 @@ func TestSharesLoweredWhileHighSlotsAreHeld(t *testing.T) {
 	p := testPlugin(t, testCards(2, nil), 2)
 	p.UpsertPod(running(t, newPod("hi", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(1), 3)}, memMiB: 1000}), annotations.SlotID(uuidOf(1), 3)))
 	p.UpsertPod(running(t, newPod("lo", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(1), 0)}, memMiB: 1000}), annotations.SlotID(uuidOf(1), 0)))
+	kubeletSays(t, p, map[string][]string{"hi": {annotations.SlotID(uuidOf(1), 3)}, "lo": {annotations.SlotID(uuidOf(1), 0)}})
 	want := map[string]string{
 		annotations.SlotID(uuidOf(1), 0): pluginapi.Healthy,
 		annotations.SlotID(uuidOf(1), 1): pluginapi.Unhealthy,
@@ -76,6 +78,7 @@ func TestSharesLoweredToOneWhileSlotsAreHeld(t *testing.T) {
 	// whole until it ends.
 	p := testPlugin(t, testCards(2, nil), 1)
 	p.UpsertPod(running(t, newPod("s", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(1), 2)}, memMiB: 1000}), annotations.SlotID(uuidOf(1), 2)))
+	kubeletSays(t, p, map[string][]string{"s": {annotations.SlotID(uuidOf(1), 2)}})
 	want := map[string]string{uuidOf(1): pluginapi.Unhealthy, annotations.SlotID(uuidOf(1), 2): pluginapi.Healthy}
 	if diff := cmp.Diff(want, advertisedHealth(p, 1)); diff != "" {
 		t.Errorf("advertised (-want +got):\n%s", diff)
