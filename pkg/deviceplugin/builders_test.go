@@ -99,6 +99,14 @@ func (b *podBuilder) createdWith(o *podBuilder) *podBuilder {
 	return b
 }
 
+// boundAt gives b a PodScheduled condition at second s (the API server stamps it at binding, to the
+// second); without one the plugin takes the creation time for the bind time.
+func (b *podBuilder) boundAt(s int) *podBuilder {
+	b.pod.Status.Conditions = append(b.pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.NewTime(podEpoch.Add(time.Duration(s) * time.Second))})
+	return b
+}
+
 // createdBefore gives b a creation time a second before o's.
 func (b *podBuilder) createdBefore(o *podBuilder) *podBuilder {
 	b.pod.CreationTimestamp = metav1.NewTime(o.pod.CreationTimestamp.Add(-time.Second))

@@ -162,7 +162,7 @@ func preferred(t *deviceTable, holders []holder, available, mustInclude []string
 	}
 	reserved := map[string]bool{}
 	for i := range holders {
-		if h := &holders[i]; h.Assigned != nil && inFlight(h) && h != first {
+		if h := &holders[i]; h.Assigned != nil && inFlight(h) && (h != first || !steer) {
 			for _, id := range h.ids() {
 				reserved[id] = true
 			}

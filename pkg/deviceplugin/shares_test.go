@@ -84,3 +84,26 @@ func TestSharesLoweredToOneWhileSlotsAreHeld(t *testing.T) {
 		t.Errorf("advertised (-want +got):\n%s", diff)
 	}
 }
+
+func TestForgedRecordWithholdsNothing(t *testing.T) {
+	// A running pod carries a forged record claiming card 1 whole under --shares=4. The kubelet never
+	// gave it that card: its four slots stay Healthy. Once PodResources says the pod holds it, they
+	// are withheld.
+	p := testPlugin(t, testCards(4, nil), 4)
+	p.UpsertPod(running(t, newPod("liar", ctr{name: "main", count: 1}).unmanaged(), uuidOf(1)))
+	want := map[string]string{}
+	for k := 0; k < 4; k++ {
+		want[annotations.SlotID(uuidOf(1), k)] = pluginapi.Healthy
+	}
+	if diff := cmp.Diff(want, advertisedHealth(p, 1)); diff != "" {
+		t.Errorf("advertised with a forged record (-want +got):\n%s", diff)
+	}
+	kubeletSays(t, p, map[string][]string{"liar": {uuidOf(1)}})
+	want[uuidOf(1)] = pluginapi.Healthy
+	for k := 0; k < 4; k++ {
+		want[annotations.SlotID(uuidOf(1), k)] = pluginapi.Unhealthy
+	}
+	if diff := cmp.Diff(want, advertisedHealth(p, 1)); diff != "" {
+		t.Errorf("advertised once PodResources agrees (-want +got):\n%s", diff)
+	}
+}
