@@ -146,11 +146,12 @@ func malformedHint(holders []holder) string {
 func preferred(t *deviceTable, holders []holder, available, mustInclude []string, size int) ([]string, bool) {
 	first, certain, cands := admittingNext(holders, size)
 	// Steer to an assignment only when the container is certainly the one being admitted, or when
-	// every candidate would be served its IDs alike (owner.go): a guess would hand one container
-	// another's assignment.
+	// every candidate is a Cardinal container that would be served its IDs alike (owner.go): a guess
+	// would hand one container another's assignment. (With a pod Cardinal did not schedule among
+	// them, Allocate serves only IDs nobody is assigned.)
 	steer := first != nil && first.Assigned != nil && unusable(first) == ""
 	for _, c := range cands {
-		if steer && !certain && c != first && !interchangeable(t, first, c, first.ids()) {
+		if steer && !certain && c != first && (!c.Pod.HasAssignment || !interchangeable(t, first, c, first.ids())) {
 			steer = false
 		}
 	}

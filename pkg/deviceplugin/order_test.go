@@ -54,6 +54,31 @@ func TestExactMatchKeepsTheCertaintyRule(t *testing.T) {
 	wantRefusal(t, err, ReasonAmbiguous, "pod default/a", "pod default/other")
 }
 
+func TestUncertainOrderStillAdmitsInterchangeablePods(t *testing.T) {
+	// Just after a restart: a whole-card Cardinal pod and another scheduler's pod, created and bound
+	// in the same second. Either may come first, and both get the same answer (a whole free card, no
+	// limits) as long as GetPreferredAllocation does not steer to the Cardinal pod's assignment, which
+	// Allocate could not give the other pod.
+	for _, cardinalFirst := range []bool{true, false} {
+		p := testPluginListing(t, testCards(4, nil), 1)
+		a := newPod("a", ctr{name: "main", ids: []string{uuidOf(0)}})
+		other := newPod("other", ctr{name: "main", count: 1}).unmanaged().createdWith(a)
+		if cardinalFirst {
+			p.UpsertPod(a.obj(t))
+			p.UpsertPod(other.obj(t))
+		} else {
+			p.UpsertPod(other.obj(t))
+			p.UpsertPod(a.obj(t))
+		}
+		k := newFakeKubelet(p)
+		for i := 0; i < 2; i++ {
+			if _, env, err := k.allocate(1); err != nil || len(env) != 2 {
+				t.Errorf("cardinal first %v, pod %d: env %v, err %v; want served, no limits", cardinalFirst, i, env, err)
+			}
+		}
+	}
+}
+
 func TestCertainlyBefore(t *testing.T) {
 	at := func(created, bound int64, seq uint64, listed bool) *podEntry {
 		e := &podEntry{seq: seq, listed: listed}
