@@ -88,7 +88,7 @@ func resolve(t *deviceTable, holders []holder, ids []string) (outcome, *Allocate
 		return outcome{}, refuse(ReasonNoOwner, nil, "devices %s match no assignment, and no container in flight on this node asks for %d device(s) next%s",
 			strings.Join(ids, ","), len(ids), malformedHint(holders))
 	}
-	loads := loadsOf(t, holders)
+	loads := loadsOn(t, holders, ids)
 	if certain {
 		if err := judge(t, holders, loads, first, ids); err != nil {
 			err.Admitted = first.Pod
