@@ -24,16 +24,20 @@ import (
 // could give a container another's limits, or a Cardinal pod's cards to a pod that ignores them.
 
 // nextContainers returns the candidates for a request of size devices, in holders' order (the
-// guess of admittedBefore).
+// guess of admittedBefore). A pod's holders are consecutive, in the kubelet's container order.
 func nextContainers(holders []holder, size int) []*holder {
 	var out []*holder
-	seen := map[*podEntry]bool{}
+	var pod *podEntry
+	found := false
 	for i := range holders {
 		h := &holders[i]
-		if h.Allocated || seen[h.Pod] {
+		if h.Pod != pod {
+			pod, found = h.Pod, false
+		}
+		if found || h.Allocated {
 			continue
 		}
-		seen[h.Pod] = true
+		found = true
 		if inFlight(h) && h.Count == size {
 			out = append(out, h)
 		}

@@ -37,6 +37,8 @@ type podEntry struct {
 	HasAssignment bool
 	Assignment    *annotations.Assignment
 	AssignmentErr error
+	// assignedIDs are the assignment's IDs by container, decoded once (Allocate reads them often).
+	assignedIDs map[string][]string
 
 	// Recorded is the allocation record on the pod, by container name.
 	Recorded    map[string]annotations.ContainerAllocation
@@ -85,6 +87,10 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) 
 			e.AssignmentErr = fmt.Errorf("%s names node %q, but the pod is bound to %q", annotations.GPUAssignment, a.Node, node)
 		default:
 			e.Assignment = &a
+			e.assignedIDs = make(map[string][]string, len(a.Containers))
+			for i := range a.Containers {
+				e.assignedIDs[a.Containers[i].Name] = a.Containers[i].IDs()
+			}
 		}
 	}
 	if v, ok := pod.Annotations[annotations.GPUAllocated]; ok {
@@ -147,9 +153,13 @@ func (h *holder) String() string {
 	return fmt.Sprintf("pod %s container %q", h.Pod.key(), h.Name)
 }
 
+// ids are the container's assigned IDs (nil without an assignment); callers must not change them.
 func (h *holder) ids() []string {
 	if h.Assigned == nil {
 		return nil
+	}
+	if ids, ok := h.Pod.assignedIDs[h.Name]; ok {
+		return ids
 	}
 	return h.Assigned.IDs()
 }
