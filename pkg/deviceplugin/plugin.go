@@ -284,10 +284,7 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 // ListAndWatch sends the device list, then again after every health change, until the stream ends.
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	for {
-		p.mu.Lock()
-		devs := p.table.pluginDevices(p.topology)
-		changed := p.changed
-		p.mu.Unlock()
+		devs, changed := p.currentDevices()
 		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 			return err
 		}
@@ -297,6 +294,13 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 		case <-changed:
 		}
 	}
+}
+
+// currentDevices is what ListAndWatch sends now, and the channel closed at the next change.
+func (p *Plugin) currentDevices() ([]*pluginapi.Device, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // also on a panic: the recovery interceptor keeps the plugin serving
+	return p.table.pluginDevices(p.topology), p.changed
 }
 
 // GetPreferredAllocation steers the kubelet to the assigned IDs (see preferred).
