@@ -254,11 +254,9 @@ func (p *Plugin) holdersLocked() []holder {
 			if e.Assignment != nil {
 				h.Assigned = e.Assignment.Container(c.Name)
 			}
-			// A record marks the container served, but its IDs count as held only as this process
-			// saw them (Allocate, PodResources): anyone who can annotate a pod can write a record.
-			if _, rec := e.Recorded[c.Name]; rec {
-				h.Allocated = true
-			}
+			// Served, and holding which IDs, only as this process saw it (its Allocate answers,
+			// PodResources, read once before the plugin registers): anyone who can annotate a pod can
+			// write an allocation record, so a record alone counts for nothing here.
 			if ids, ok := p.seen[e.UID][c.Name]; ok {
 				h.Allocated, h.Held = true, ids
 			}

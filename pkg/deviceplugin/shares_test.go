@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -105,5 +106,18 @@ func TestForgedRecordWithholdsNothing(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, advertisedHealth(p, 1)); diff != "" {
 		t.Errorf("advertised once PodResources agrees (-want +got):\n%s", diff)
+	}
+}
+
+func TestForgedRecordDoesNotMarkAContainerServed(t *testing.T) {
+	// A pending pod carries a record claiming its container was served: the kubelet has not admitted
+	// it yet, and its Allocate is still its own.
+	p := testPlugin(t, testCards(4, nil), 1)
+	b := newPod("a", ctr{name: "main", ids: []string{uuidOf(2)}})
+	pod := running(t, b, uuidOf(3))
+	pod.Status.Phase = corev1.PodPending
+	p.UpsertPod(pod)
+	if _, err := allocateIDs(p, uuidOf(2)); err != nil {
+		t.Fatalf("Allocate of a's assignment: %v", err)
 	}
 }
