@@ -75,16 +75,18 @@ func TestCardinalPodNeverServedAsUnmanaged(t *testing.T) {
 	// nobody's assignment. Serving them as "other" could give "a" a card without its limits: refused,
 	// naming both.
 	p := testPluginListing(t, testCards(4, nil), 4)
-	p.UpsertPod(newPod("other", ctr{name: "main", count: 1}).unmanaged().obj(t))
-	p.UpsertPod(newPod("a", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(0), 0)}, memMiB: 20000}).obj(t))
+	other := newPod("other", ctr{name: "main", count: 1}).unmanaged()
+	p.UpsertPod(other.obj(t))
+	p.UpsertPod(newPod("a", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(0), 0)}, memMiB: 20000}).createdWith(other).obj(t))
 	_, err := allocateIDs(p, annotations.SlotID(uuidOf(2), 0))
 	if st, _ := status.FromError(err); err == nil || !strings.HasPrefix(st.Message(), "cardinal: ambiguous-owner:") {
 		t.Fatalf("err = %v, want ambiguous-owner", err)
 	}
 	// A whole-card Cardinal container gets the same answer as the unmanaged pod: served.
 	q := testPluginListing(t, testCards(4, nil), 1)
-	q.UpsertPod(newPod("other", ctr{name: "main", count: 1}).unmanaged().obj(t))
-	q.UpsertPod(newPod("a", ctr{name: "main", ids: []string{uuidOf(0)}}).obj(t))
+	other = newPod("other", ctr{name: "main", count: 1}).unmanaged()
+	q.UpsertPod(other.obj(t))
+	q.UpsertPod(newPod("a", ctr{name: "main", ids: []string{uuidOf(0)}}).createdWith(other).obj(t))
 	resp, err := allocateIDs(q, uuidOf(2))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/resource"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -57,7 +58,7 @@ func TestAllocateIdentityTwentyPods(t *testing.T) {
 		}
 		slices.Sort(uuids) // CUDA's order: PCI bus = NVML index order, not the assignment's
 		name := fmt.Sprintf("job-%02d", i)
-		b := newPod(name, ctr{name: "main", ids: ids})
+		b := newPod(name, ctr{name: "main", ids: ids, memMiB: 10000, cores: 20})
 		pods = append(pods, b)
 		p.UpsertPod(b.obj(t))
 		wants[name] = want{ids: ids, uuids: strings.Join(uuids, ",")}
@@ -152,16 +153,16 @@ func TestAllocateRefusals(t *testing.T) {
 		{name: "no pod at all", ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonNoOwner,
 			contains: "no container in flight on this node asks for 1 device(s)"},
 		{name: "malformed assignment is named", pods: []*podBuilder{newPod("bad", ctr{name: "main", count: 1}).rawAssignment(`{"v":1,"node":`)},
-			ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonNoOwner, contains: "unusable assignments on this node: pod default/bad: cardinal.io/gpu-assignment:"},
+			ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonUnusable, contains: `pod default/bad container "main" (devices GPU-01), but its assignment cannot be used: cardinal.io/gpu-assignment:`},
 		{name: "assignment for another node", pods: []*podBuilder{newPod("moved", ctr{name: "main", count: 1}).rawAssignment(`{"v":1,"node":"node-b","containers":[{"name":"main","devices":[{"uuid":"GPU-01","id":"GPU-01"}]}]}`)},
-			ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonNoOwner, contains: `names node "node-b"`},
-		{name: "two pods could own the IDs", pods: []*podBuilder{newPod("a", ctr{name: "main", ids: []string{"GPU-00"}}), newPod("b", ctr{name: "main", ids: []string{"GPU-01"}})},
+			ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonUnusable, contains: `names node "node-b"`},
+		{name: "two pods could own the IDs", pods: twoCreatedTogether(newPod("a", ctr{name: "main", ids: []string{"GPU-00"}}), newPod("b", ctr{name: "main", ids: []string{"GPU-01"}, memMiB: 20000})),
 			ids: []string{"GPU-02"}, code: codes.FailedPrecondition, reason: ReasonAmbiguous,
-			contains: `2 containers in flight on this node ask for 1 device(s): pod default/a container "main", pod default/b container "main"`},
+			contains: `2 containers in flight on this node ask for 1 device(s) next, the kubelet's order among them is not certain`},
 		{name: "unmanaged pod bound first would take a Cardinal pod's assignment", pods: []*podBuilder{newPod("other", ctr{name: "main", count: 1}).unmanaged(), newPod("a", ctr{name: "main", ids: []string{"GPU-00"}})},
-			ids: []string{"GPU-00"}, code: codes.FailedPrecondition, reason: ReasonConflict, contains: `are the assignment of pod default/a container "main", but the kubelet admits pods in bind order and pod default/other container "main", which Cardinal did not schedule, was bound first`},
+			ids: []string{"GPU-00"}, code: codes.FailedPrecondition, reason: ReasonConflict, contains: `devices GPU-00 would go to pod default/other container "main", which Cardinal did not schedule, but pod default/a container "main" is assigned GPU-00`},
 		{name: "same IDs assigned to two pods", pods: []*podBuilder{newPod("a", ctr{name: "main", ids: []string{"GPU-00"}}), newPod("b", ctr{name: "main", ids: []string{"GPU-00"}})},
-			ids: []string{"GPU-00"}, code: codes.FailedPrecondition, reason: ReasonConflict, contains: "are assigned to pod default/a"},
+			ids: []string{"GPU-00"}, code: codes.FailedPrecondition, reason: ReasonConflict, contains: `are assigned to both pod default/a container "main" and pod default/b`},
 		{name: "other IDs break another pod's assignment", pods: []*podBuilder{newPod("a", ctr{name: "main", ids: []string{"GPU-00"}}), newPod("b", ctr{name: "main", ids: []string{"GPU-01", "GPU-02"}})},
 			ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonConflict, contains: `include cards assigned to pod default/b container "main"`},
 		{name: "unmanaged pod given another pod's cards", pods: []*podBuilder{newPod("other", ctr{name: "main", count: 2}).unmanaged(), newPod("b", ctr{name: "main", ids: []string{"GPU-01"}})},
@@ -337,21 +338,27 @@ func TestPreferredAllocationWaitsForTheCache(t *testing.T) {
 }
 
 func TestLimitsFollowCUDAOrderNotKubeletOrder(t *testing.T) {
-	// The kubelet hands over slot IDs of cards 3 and 1 in that order; the assignment reserves
-	// 30000 MiB on card 3 and 10000 MiB on card 1. CUDA numbers the visible cards by PCI bus id (= NVML
-	// index here): device 0 is card 1, device 1 is card 3, so limit 0 must be card 1's 10000 MiB.
+	// The kubelet hands over slot IDs of cards 3 and 1 in that order; the container asks for 25 % of
+	// each card's memory, and card 3 has 40960 MiB, card 1 81920 MiB. CUDA numbers the visible cards
+	// by PCI bus id (= NVML index here): device 0 is card 1, device 1 is card 3, so limit 0 must be
+	// card 1's 20480 MiB.
 	cards := testCards(4, nil)
 	for i := range cards {
 		cards[i].PCIBusID = fmt.Sprintf("0000:%02x:00.0", 0x10+i)
 	}
+	cards[3].MemoryMiB = 40960
 	p := testPlugin(t, cards, 4)
 	ids := []string{annotations.SlotID(uuidOf(3), 0), annotations.SlotID(uuidOf(1), 1)}
-	pod := newPod("a", ctr{name: "main", ids: ids, memMiB: 10000, cores: 20}).obj(t)
+	pod := newPod("a", ctr{name: "main", ids: ids, memMiB: 1, cores: 20}).obj(t)
+	lim := pod.Spec.Containers[0].Resources.Limits
+	delete(lim, annotations.ResourceGPUMem)
+	lim[annotations.ResourceGPUMemPercentage] = resource.MustParse("25")
 	a, err := annotations.DecodeAssignment(pod.Annotations[annotations.GPUAssignment])
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Containers[0].Devices[0].MemoryMiB = 30000 // card 3
+	a.Containers[0].Devices[0].MemoryMiB = 10240 // card 3
+	a.Containers[0].Devices[1].MemoryMiB = 20480 // card 1
 	v, err := annotations.EncodeAssignment(a)
 	if err != nil {
 		t.Fatal(err)
@@ -365,9 +372,9 @@ func TestLimitsFollowCUDAOrderNotKubeletOrder(t *testing.T) {
 	want := map[string]string{
 		EnvVisibleDevices:          "GPU-01,GPU-03",
 		EnvCUDADeviceOrder:         "PCI_BUS_ID",
-		EnvMemoryLimitPrefix + "0": "10000m",
-		EnvMemoryLimitPrefix + "1": "30000m",
-		EnvMPSMemoryLimit:          "0=10000M,1=30000M",
+		EnvMemoryLimitPrefix + "0": "20480m",
+		EnvMemoryLimitPrefix + "1": "10240m",
+		EnvMPSMemoryLimit:          "0=20480M,1=10240M",
 		EnvSMLimit:                 "20",
 		EnvMPSThreadPercentage:     "20",
 	}

@@ -30,7 +30,8 @@ func BenchmarkAllocate(b *testing.B) {
 					ids = append(ids, annotations.SlotID(uuidOf(next%64), next/64))
 					next++
 				}
-				pod := newPod(fmt.Sprintf("p%02d", i), ctr{name: "main", ids: ids}).obj(b)
+				// Slots of one card share it: 10000 MiB and 20 % each (at most 4 × 10000 MiB of 81920).
+				pod := newPod(fmt.Sprintf("p%02d", i), ctr{name: "main", ids: ids, memMiB: 10000, cores: 20}).obj(b)
 				p.UpsertPod(pod)
 				if size == n && target == nil {
 					target, targetUID = ids, pod.UID
@@ -48,6 +49,7 @@ func BenchmarkAllocate(b *testing.B) {
 				durations = append(durations, time.Since(start))
 				p.mu.Lock()
 				delete(p.local, targetUID)
+				delete(p.seen, targetUID)
 				p.mu.Unlock()
 			}
 			b.StopTimer()

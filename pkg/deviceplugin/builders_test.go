@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
@@ -73,15 +75,43 @@ type podBuilder struct {
 	raw    *string
 }
 
+// podClock gives the pods newPod builds creation times one second apart, in the order they are
+// built, as pods created by hand are: the kubelet admits pods of one batch in that order (order.go).
+var podClock atomic.Int64
+
+var podEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func newPod(name string, cs ...ctr) *podBuilder {
+	created := metav1.NewTime(podEpoch.Add(time.Duration(podClock.Add(1)) * time.Second))
 	return &podBuilder{pod: &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: map[string]string{}},
-		Spec:       corev1.PodSpec{NodeName: testNode},
-		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: map[string]string{},
+			CreationTimestamp: created},
+		Spec:   corev1.PodSpec{NodeName: testNode},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}, cs: cs, assign: true}
 }
 
 func (b *podBuilder) unmanaged() *podBuilder { b.assign = false; return b }
+
+// createdWith gives b the creation time of o (to the second, as the API server stamps it).
+func (b *podBuilder) createdWith(o *podBuilder) *podBuilder {
+	b.pod.CreationTimestamp = o.pod.CreationTimestamp
+	return b
+}
+
+// boundAt gives b a PodScheduled condition at second s (the API server stamps it at binding, to the
+// second); without one the plugin takes the creation time for the bind time.
+func (b *podBuilder) boundAt(s int) *podBuilder {
+	b.pod.Status.Conditions = append(b.pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.NewTime(podEpoch.Add(time.Duration(s) * time.Second))})
+	return b
+}
+
+// createdBefore gives b a creation time a second before o's.
+func (b *podBuilder) createdBefore(o *podBuilder) *podBuilder {
+	b.pod.CreationTimestamp = metav1.NewTime(o.pod.CreationTimestamp.Add(-time.Second))
+	return b
+}
 
 func (b *podBuilder) annotate(k, v string) *podBuilder { b.pod.Annotations[k] = v; return b }
 
@@ -208,3 +238,19 @@ type (
 )
 
 func logrDiscard() logr.Logger { return logr.Discard() }
+
+// kubeletSays feeds the plugin a PodResources listing: container "main" of each named pod holds the
+// given IDs.
+func kubeletSays(t testing.TB, p *Plugin, held map[string][]string) {
+	t.Helper()
+	list := &podresourcesapi.ListPodResourcesResponse{}
+	for name, ids := range held {
+		list.PodResources = append(list.PodResources, &podresourcesapi.PodResources{Name: name, Namespace: "default",
+			Containers: []*podresourcesapi.ContainerResources{{Name: "main", Devices: []*podresourcesapi.ContainerDevices{
+				{ResourceName: string(annotations.ResourceGPU), DeviceIds: ids}}}}})
+	}
+	p.applyPodResources(list)
+}
+
+// twoCreatedTogether gives b a's creation time: the kubelet's order between them is not certain.
+func twoCreatedTogether(a, b *podBuilder) []*podBuilder { return []*podBuilder{a, b.createdWith(a)} }

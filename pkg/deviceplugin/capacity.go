@@ -20,9 +20,9 @@ type use struct {
 // container reuses its init container's cards, so summing would count the same card use twice.
 type cardLoads map[int]map[*podEntry]use
 
-// heldIDs are the IDs a container holds or is about to hold: what the kubelet gave it (the record,
-// or what this process served or learned from PodResources), else its assignment while the pod is
-// in flight or running without a record. Containers of pods that ended hold nothing.
+// heldIDs are the IDs a container holds or is about to hold: what the kubelet gave it (as this
+// process served it or learned from PodResources; a record alone does not count), else its
+// assignment. Containers of pods that ended hold nothing.
 func heldIDs(h *holder) []string {
 	if h.Pod.Gone {
 		return nil
@@ -52,13 +52,25 @@ func demand(t *deviceTable, h *holder, c int) use {
 	return use{MemoryMiB: card.MemoryMiB, Cores: 100, Exclusive: true}
 }
 
-func loadsOf(t *deviceTable, holders []holder) cardLoads {
+func loadsOf(t *deviceTable, holders []holder) cardLoads { return loadsOn(t, holders, nil) }
+
+// loadsOn is loadsOf for the cards of ids only (all cards when ids is nil): Allocate judges those.
+func loadsOn(t *deviceTable, holders []holder, ids []string) cardLoads {
+	var only map[int]bool
+	if ids != nil {
+		only = make(map[int]bool, len(ids))
+		for _, id := range ids {
+			if d, ok := t.devices[id]; ok {
+				only[d.Card] = true
+			}
+		}
+	}
 	l := cardLoads{}
 	for i := range holders {
 		h := &holders[i]
 		for _, id := range heldIDs(h) {
 			d, ok := t.devices[id]
-			if !ok {
+			if !ok || (only != nil && !only[d.Card]) {
 				continue
 			}
 			u := demand(t, h, d.Card)

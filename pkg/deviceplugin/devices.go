@@ -152,8 +152,9 @@ func (t *deviceTable) cudaOrder(uuids []string) {
 	})
 }
 
-// setHeld adapts the table to the IDs pods hold (as the kubelet gave them: records, Allocate answers,
-// PodResources) after a change of the share count, and reports whether what is advertised changed:
+// setHeld adapts the table to the IDs pods hold (as the kubelet gave them: this process's Allocate
+// answers and PodResources; a record on a pod alone does not count, since anyone who can annotate a
+// pod can forge one) after a change of the share count, and reports whether what is advertised changed:
 //   - a held ID the configured count does not advertise (the whole card <UUID> under shares N > 1, or
 //     a slot <UUID>::k with k >= N, or any slot under shares 1) is advertised as long as it is held;
 //   - a card held whole that way has every configured ID withheld (advertised Unhealthy);

@@ -78,6 +78,13 @@ func (t *deviceTable) visibleUUIDs(ids []string) []string {
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's i=… name the i-th of them, whatever the device-list strategy.
 // Limits are set only for containers that asked for a share of their cards (memory or cores):
 // whole-card containers get CUDA_DEVICE_ORDER alone.
+//
+// Limits follow the request of the container that receives the response, never the assignment: an
+// ID an init container hands on is reserved at the larger of the two containers' requests, so the
+// assignment's figures are not this container's. So the one core limit (CUDA_DEVICE_SM_LIMIT and
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE cover every card) is the container's own cores, which every
+// card reserves at least (checkReservation; a substitute card reserves the request itself): it
+// never exceeds the smallest reservation among the container's cards.
 func containerEnv(t *deviceTable, o outcome, uuids []string) map[string]string {
 	env := map[string]string{EnvCUDADeviceOrder: "PCI_BUS_ID"}
 	if o.Owner == nil || !o.Owner.Pod.HasAssignment {
@@ -92,13 +99,6 @@ func containerEnv(t *deviceTable, o outcome, uuids []string) map[string]string {
 	for i, u := range uuids {
 		c := &t.cards[t.byUUID[u]]
 		mem := req.MemoryOn(c.MemoryMiB)
-		if o.Exact && o.Owner.Assigned != nil {
-			for _, d := range o.Owner.Assigned.Devices {
-				if d.UUID == u {
-					mem, cores = d.MemoryMiB, d.Cores
-				}
-			}
-		}
 		if mem > 0 && mem < c.MemoryMiB {
 			env[EnvMemoryLimitPrefix+strconv.Itoa(i)] = strconv.FormatInt(mem, 10) + "m"
 			mps = append(mps, strconv.Itoa(i)+"="+strconv.FormatInt(mem, 10)+"M")

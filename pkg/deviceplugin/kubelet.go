@@ -92,7 +92,7 @@ func (k *kubeletLink) serve() (*grpc.Server, <-chan error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(recoveryOptions(k.log)...)
 	pluginapi.RegisterDevicePluginServer(srv, k.plugin)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()

@@ -58,6 +58,11 @@ type Plugin struct {
 	// local holds what this process learned (its Allocate answers, PodResources) and has not yet
 	// seen come back on the pod, by pod and container.
 	local map[types.UID]map[string]annotations.ContainerAllocation
+	// seen holds the IDs the kubelet gave each container as this process saw them (its Allocate
+	// answers, PodResources), by pod and container: what counts as held (saw).
+	seen map[types.UID]map[string][]string
+	// rejected are pods whose admission the plugin certainly failed (AllocateError.Admitted).
+	rejected map[types.UID]bool
 	// changed is closed and replaced on every health change, waking ListAndWatch streams.
 	changed chan struct{}
 	// podsChanged is closed and replaced on every pod update, waking calls that wait for the cache.
@@ -97,8 +102,10 @@ func newPlugin(o pluginOptions) *Plugin {
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
-		local:   map[types.UID]map[string]annotations.ContainerAllocation{},
-		changed: make(chan struct{}), podsChanged: make(chan struct{}),
+		local:    map[types.UID]map[string]annotations.ContainerAllocation{},
+		seen:     map[types.UID]map[string][]string{},
+		rejected: map[types.UID]bool{},
+		changed:  make(chan struct{}), podsChanged: make(chan struct{}),
 		cacheWait: o.CacheWait,
 	}
 	if p.cacheWait <= 0 {
@@ -157,6 +164,8 @@ func (p *Plugin) DeletePod(pod *corev1.Pod) {
 		delete(p.pods, pod.UID)
 	}
 	delete(p.local, pod.UID)
+	delete(p.seen, pod.UID)
+	delete(p.rejected, pod.UID)
 	p.refreshHeldLocked()
 	p.mu.Unlock()
 }
@@ -233,7 +242,7 @@ func (p *Plugin) Inventory() annotations.Inventory {
 func (p *Plugin) holdersLocked() []holder {
 	pods := make([]*podEntry, 0, len(p.pods))
 	for _, e := range p.pods {
-		if len(e.Order) > 0 && !e.Gone {
+		if len(e.Order) > 0 && !e.Gone && !p.rejected[e.UID] {
 			pods = append(pods, e)
 		}
 	}
@@ -245,38 +254,16 @@ func (p *Plugin) holdersLocked() []holder {
 			if e.Assignment != nil {
 				h.Assigned = e.Assignment.Container(c.Name)
 			}
-			if r, rec := e.Recorded[c.Name]; rec {
-				h.Allocated, h.Held = true, r.IDs
-			}
-			if l, ok := p.local[e.UID][c.Name]; ok {
-				h.Allocated, h.Held = true, l.IDs
+			// Served, and holding which IDs, only as this process saw it (its Allocate answers,
+			// PodResources, read once before the plugin registers): anyone who can annotate a pod can
+			// write an allocation record, so a record alone counts for nothing here.
+			if ids, ok := p.seen[e.UID][c.Name]; ok {
+				h.Allocated, h.Held = true, ids
 			}
 			hs = append(hs, h)
 		}
 	}
 	return hs
-}
-
-// admittedBefore orders pods as the kubelet admits them. The kubelet admits one pod at a time, in the
-// order its watch delivers the pods bound to its node; the plugin's informer reads the same stream
-// from the same API server, so the order the plugin first saw pods (seq) is that order. Pods the
-// plugin first saw together in its initial list (after a restart) arrive in name order instead, so
-// the bind time (PodScheduled, to the second) comes first and seq breaks ties.
-func admittedBefore(a, b *podEntry) bool {
-	if a.listed && b.listed && !a.bound.Equal(b.bound) {
-		return a.bound.Before(b.bound)
-	}
-	return a.seq < b.seq
-}
-
-// certainlyBefore reports whether the kubelet certainly admits a before b: both came through the
-// watch in that order, or a was listed at start and b came later, or both were listed and a was bound
-// in an earlier second. Pods listed together and bound in the same second are not ordered.
-func certainlyBefore(a, b *podEntry) bool {
-	if a.listed && b.listed {
-		return a.bound.Before(b.bound)
-	}
-	return admittedBefore(a, b)
 }
 
 // MarkSynced tells the plugin that its pod informer has synced: pods it sees from now on arrive in
@@ -295,10 +282,7 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 // ListAndWatch sends the device list, then again after every health change, until the stream ends.
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	for {
-		p.mu.Lock()
-		devs := p.table.pluginDevices(p.topology)
-		changed := p.changed
-		p.mu.Unlock()
+		devs, changed := p.currentDevices()
 		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 			return err
 		}
@@ -308,6 +292,13 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 		case <-changed:
 		}
 	}
+}
+
+// currentDevices is what ListAndWatch sends now, and the channel closed at the next change.
+func (p *Plugin) currentDevices() ([]*pluginapi.Device, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // also on a panic: the recovery interceptor keeps the plugin serving
+	return p.table.pluginDevices(p.topology), p.changed
 }
 
 // GetPreferredAllocation steers the kubelet to the assigned IDs (see preferred).
@@ -321,13 +312,13 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 		}
 		return true
 	})
+	defer p.mu.Unlock()
 	for _, c := range req.ContainerRequests {
 		ids, fromAssignment := preferred(p.table, holders, c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 		p.metrics.preferred(fromAssignment)
 		p.log.V(1).Info("preferred allocation", logging.KeyDevices, ids, "fromAssignment", fromAssignment, "size", c.AllocationSize)
 	}
-	p.mu.Unlock()
 	return resp, nil
 }
 
@@ -336,7 +327,6 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	start := time.Now()
 	resp := &pluginapi.AllocateResponse{}
-	var served []outcome
 	holders := p.lockWhenVisible(ctx, func(hs []holder) bool {
 		for _, c := range req.ContainerRequests {
 			if !visible(hs, len(c.DevicesIds), c.DevicesIds) {
@@ -345,38 +335,17 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		}
 		return true
 	})
-	for _, c := range req.ContainerRequests {
-		o, aerr := resolve(p.table, holders, c.DevicesIds)
-		if aerr == nil && p.sharingErr != nil && shared(o) {
-			aerr = refuse(ReasonSharingNotReady, []*podEntry{o.Owner.Pod}, "container %s of pod %s shares its cards, but this node's %s sharing cannot enforce its limits now: %v",
-				o.Owner.Name, o.Owner.Pod.key(), p.sharing.Mode, p.sharingErr)
+	served, toRecord, aerr := p.serveLocked(holders, req, resp)
+	if aerr != nil {
+		p.metrics.allocated(string(aerr.Reason), time.Since(start))
+		var ids [][]string
+		for _, c := range req.ContainerRequests {
+			ids = append(ids, c.DevicesIds)
 		}
-		if aerr != nil {
-			p.mu.Unlock()
-			p.metrics.allocated(string(aerr.Reason), time.Since(start))
-			p.log.Error(aerr, "allocate refused", logging.KeyDevices, c.DevicesIds, logging.KeyReason, string(aerr.Reason))
-			p.failed(aerr)
-			return nil, status.Error(codeOf(aerr.Reason), aerr.Error())
-		}
-		// A later request in the same call must not match this container again.
-		o.Owner.Allocated = true
-		served = append(served, o)
-		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(p.table, o, p.deviceList, p.sharing))
+		p.log.Error(aerr, "allocate refused", logging.KeyDevices, ids, logging.KeyReason, string(aerr.Reason))
+		p.failed(aerr)
+		return nil, status.Error(codeOf(aerr.Reason), aerr.Error())
 	}
-	var toRecord []types.UID
-	for _, o := range served {
-		// Pods Cardinal did not schedule are recorded too, at once: the extender counts them in flight
-		// until their record says which cards they hold (PodResources corrects a swap between two).
-		uid := o.Owner.Pod.UID
-		if p.local[uid] == nil {
-			p.local[uid] = map[string]annotations.ContainerAllocation{}
-		}
-		p.local[uid][o.Owner.Name] = allocationRecord(o.Owner.Name, o.IDs, annotations.SourceAllocate)
-		if !slices.Contains(toRecord, uid) {
-			toRecord = append(toRecord, uid)
-		}
-	}
-	p.mu.Unlock()
 	result := "exact"
 	for _, o := range served {
 		switch {
@@ -396,6 +365,61 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		p.record(uid)
 	}
 	return resp, nil
+}
+
+// serveLocked resolves every container request of an Allocate call and fills resp; it unlocks
+// p.mu (also when it panics: the gRPC recovery interceptor then fails the call, and the plugin must
+// go on serving). On success the served containers are recorded locally.
+func (p *Plugin) serveLocked(holders []holder, req *pluginapi.AllocateRequest, resp *pluginapi.AllocateResponse) ([]outcome, []types.UID, *AllocateError) {
+	defer p.mu.Unlock()
+	var served []outcome
+	for _, c := range req.ContainerRequests {
+		o, aerr := resolve(p.table, holders, c.DevicesIds)
+		if aerr == nil && p.sharingErr != nil && shared(o) {
+			aerr = refuse(ReasonSharingNotReady, []*podEntry{o.Owner.Pod}, "container %s of pod %s shares its cards, but this node's %s sharing cannot enforce its limits now: %v",
+				o.Owner.Name, o.Owner.Pod.key(), p.sharing.Mode, p.sharingErr)
+			if o.Certain {
+				aerr.Admitted = o.Owner.Pod
+			}
+		}
+		if aerr != nil {
+			if aerr.Admitted != nil {
+				// The kubelet fails the pod's admission (UnexpectedAdmissionError) and never admits
+				// it again; until its Failed status arrives it must not be taken for the next pod.
+				p.rejected[aerr.Admitted.UID] = true
+			}
+			return nil, nil, aerr
+		}
+		// A later request in the same call must not match this container again.
+		o.Owner.Allocated = true
+		served = append(served, o)
+		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(p.table, o, p.deviceList, p.sharing))
+	}
+	var toRecord []types.UID
+	for _, o := range served {
+		// Pods Cardinal did not schedule are recorded too, at once: the extender counts them in flight
+		// until their record says which cards they hold (PodResources corrects a swap between two).
+		uid := o.Owner.Pod.UID
+		if p.local[uid] == nil {
+			p.local[uid] = map[string]annotations.ContainerAllocation{}
+		}
+		p.local[uid][o.Owner.Name] = allocationRecord(o.Owner.Name, o.IDs, annotations.SourceAllocate)
+		p.saw(uid, o.Owner.Name, o.IDs)
+		if !slices.Contains(toRecord, uid) {
+			toRecord = append(toRecord, uid)
+		}
+	}
+	return served, toRecord, nil
+}
+
+// saw remembers the IDs the kubelet gave a container, as Allocate served them or PodResources
+// reports them: the only IDs the plugin counts as held (a record on the pod counts only where it
+// matches them).
+func (p *Plugin) saw(uid types.UID, name string, ids []string) {
+	if p.seen[uid] == nil {
+		p.seen[uid] = map[string][]string{}
+	}
+	p.seen[uid][name] = slices.Clone(ids)
 }
 
 // PreStartContainer is not used (the plugin does not ask for it at registration).
@@ -523,6 +547,8 @@ func (p *Plugin) applyPodResources(list *podresourcesapi.ListPodResourcesRespons
 			if len(ids) == 0 {
 				continue
 			}
+			sort.Strings(ids)
+			p.saw(uid, c.GetName(), ids)
 			cur, has := p.local[uid][c.GetName()]
 			if !has {
 				cur, has = e.Recorded[c.GetName()]
@@ -533,7 +559,6 @@ func (p *Plugin) applyPodResources(list *podresourcesapi.ListPodResourcesRespons
 			if p.local[uid] == nil {
 				p.local[uid] = map[string]annotations.ContainerAllocation{}
 			}
-			sort.Strings(ids)
 			p.local[uid][c.GetName()] = allocationRecord(c.GetName(), ids, annotations.SourcePodResources)
 			p.log.Info("recording devices from PodResources", logging.KeyPod, e.key(), logging.KeyContainer, c.GetName(),
 				logging.KeyDevices, ids, "previous", cur.IDs)

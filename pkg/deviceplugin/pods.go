@@ -18,13 +18,15 @@ type podEntry struct {
 	UID       types.UID
 	Namespace string
 	Name      string
-	// seq orders pods by when this plugin first saw them bound here (the kubelet admits pods in the
-	// order it sees them bound).
+	// seq orders pods by when this plugin first saw them bound here (order.go).
 	seq uint64
 	// bound is when the pod was bound (its PodScheduled condition; its creation when it has none), to
 	// the second: the order of pods the plugin first saw together in its initial list (listed).
 	bound  time.Time
 	listed bool
+	// created is the pod's creation time (whole seconds): the kubelet's order within one batch of
+	// pods it sees at once (order.go).
+	created time.Time
 	// Pending is true while the pod's phase is Pending: the kubelet has not started it yet.
 	Pending bool
 	// Gone is true for pods that ended (Succeeded, Failed) or are being deleted.
@@ -35,6 +37,8 @@ type podEntry struct {
 	HasAssignment bool
 	Assignment    *annotations.Assignment
 	AssignmentErr error
+	// assignedIDs are the assignment's IDs by container, decoded once (Allocate reads them often).
+	assignedIDs map[string][]string
 
 	// Recorded is the allocation record on the pod, by container name.
 	Recorded    map[string]annotations.ContainerAllocation
@@ -66,6 +70,7 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) 
 			pod.DeletionTimestamp != nil,
 		Requests: map[string]annotations.ContainerRequest{},
 		bound:    pod.CreationTimestamp.Time,
+		created:  pod.CreationTimestamp.Time,
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
@@ -82,6 +87,10 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) 
 			e.AssignmentErr = fmt.Errorf("%s names node %q, but the pod is bound to %q", annotations.GPUAssignment, a.Node, node)
 		default:
 			e.Assignment = &a
+			e.assignedIDs = make(map[string][]string, len(a.Containers))
+			for i := range a.Containers {
+				e.assignedIDs[a.Containers[i].Name] = a.Containers[i].IDs()
+			}
 		}
 	}
 	if v, ok := pod.Annotations[annotations.GPUAllocated]; ok {
@@ -144,9 +153,13 @@ func (h *holder) String() string {
 	return fmt.Sprintf("pod %s container %q", h.Pod.key(), h.Name)
 }
 
+// ids are the container's assigned IDs (nil without an assignment); callers must not change them.
 func (h *holder) ids() []string {
 	if h.Assigned == nil {
 		return nil
+	}
+	if ids, ok := h.Pod.assignedIDs[h.Name]; ok {
+		return ids
 	}
 	return h.Assigned.IDs()
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -331,10 +332,21 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		})
 	}
+	// The first PodResources pass comes before the plugin registers: the IDs pods hold are those
+	// PodResources reports (a record alone does not count), and the first device list must already
+	// withhold what they hold under another share count.
+	firstPass := make(chan struct{})
 	g.Go(func() error {
-		return reconcileLoop(ctx, p, cfg.PodResourcesSocket, cfg.ReconcileInterval, records.enqueue, log.WithName("podresources"))
+		return reconcileLoop(ctx, p, cfg.PodResourcesSocket, cfg.ReconcileInterval, records.enqueue, firstPass, log.WithName("podresources"))
 	})
-	g.Go(func() error { return link.run(ctx) })
+	g.Go(func() error {
+		select {
+		case <-firstPass:
+		case <-ctx.Done():
+			return nil
+		}
+		return link.run(ctx)
+	})
 	return g.Wait()
 }
 
@@ -406,8 +418,12 @@ type podResourcesLister interface {
 
 var _ podResourcesLister = podresourcesapi.PodResourcesListerClient(nil)
 
-// reconcileLoop compares PodResources with the records at start and every interval.
-func reconcileLoop(ctx context.Context, p *Plugin, socket string, every time.Duration, enqueue func(types.UID), log logr.Logger) error {
+// reconcileLoop compares PodResources with the records at start and every interval; it closes
+// firstPass once the first comparison was tried (whether or not PodResources answered).
+func reconcileLoop(ctx context.Context, p *Plugin, socket string, every time.Duration, enqueue func(types.UID), firstPass chan<- struct{}, log logr.Logger) error {
+	var once sync.Once
+	done := func() { once.Do(func() { close(firstPass) }) }
+	defer done()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("pod-resources client: %w", err)
@@ -420,6 +436,7 @@ func reconcileLoop(ctx context.Context, p *Plugin, socket string, every time.Dur
 		if err := reconcileOnce(ctx, p, lister, enqueue); err != nil && ctx.Err() == nil {
 			log.Info("PodResources reconciliation failed; will retry", "error", err.Error())
 		}
+		done()
 		select {
 		case <-ctx.Done():
 			return nil

@@ -153,7 +153,9 @@ func TestSharingNotReadyRefusesSharedServesWhole(t *testing.T) {
 			if got := p.Inventory().Sharing; got == nil || !got.Ready {
 				t.Errorf("inventory sharing after a passing check = %+v, want ready", got)
 			}
-			if _, err := allocateOne(p, []string{annotations.SlotID(uuidOf(0), 0)}); err != nil {
+			// The kubelet rejected "a" for good; a shared container admitted now is served.
+			p.UpsertPod(newPod("c", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(2), 0)}, memMiB: 20000}).obj(t))
+			if _, err := allocateOne(p, []string{annotations.SlotID(uuidOf(2), 0)}); err != nil {
 				t.Errorf("shared container once ready: %v", err)
 			}
 		})
