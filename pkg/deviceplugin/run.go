@@ -207,6 +207,10 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("card found but NVML cannot describe it; advertised unhealthy", logging.KeyGPU, c.UUID, "index", c.Index, logging.KeyReason, c.Fault)
 			continue
 		}
+		if r := c.MIG.Reason(); r != "" {
+			log.Info("card found in MIG mode; advertised unhealthy", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, logging.KeyReason, r)
+			continue
+		}
 		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
 	}
 
@@ -245,6 +249,9 @@ func Run(ctx context.Context, cfg Config) error {
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "cardinal-device-plugin", Host: cfg.NodeName})
 	nodeRef := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}
 	p.healthChanged = func(ev nvidia.HealthEvent) { recordHealthEvent(events, nodeRef, ev) }
+	for _, ev := range discoveryHealth(cards) {
+		recordHealthEvent(events, nodeRef, ev)
+	}
 	p.failed = func(e *AllocateError) {
 		for _, pod := range e.Pods {
 			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
@@ -343,6 +350,19 @@ const (
 	EventGPUUnhealthy = "CardinalGPUUnhealthy"
 	EventGPUHealthy   = "CardinalGPUHealthy"
 )
+
+// discoveryHealth is the health events of the cards advertised unhealthy from the start for a reason
+// the health watcher does not report as a change: a card in MIG mode (its Node Event says why it is
+// not served). Cards not described at discovery are reported by the watcher.
+func discoveryHealth(cards []nvidia.Card) []nvidia.HealthEvent {
+	var out []nvidia.HealthEvent
+	for _, c := range cards {
+		if r := c.MIG.Reason(); r != "" && c.UUID != "" && c.Fault == "" {
+			out = append(out, nvidia.HealthEvent{UUID: c.UUID, Reason: r})
+		}
+	}
+	return out
+}
 
 // recordHealthEvent records a card's health change on its Node.
 func recordHealthEvent(rec record.EventRecorder, node *corev1.ObjectReference, ev nvidia.HealthEvent) {
