@@ -329,9 +329,9 @@ func Run(ctx context.Context, cfg Config) error {
 			IgnoredXids: cfg.IgnoredXids.set(), ResetXids: cfg.ResetXids.set(), Log: log.WithName("health")},
 			func(ev nvidia.HealthEvent) { p.SetHealth(ev) })
 	})
-	if probe := cfg.SharingProbe; probe != nil || cfg.Sharing.probe() != nil {
+	if probe := cfg.SharingProbe; probe != nil || cfg.Sharing.probe(cfg.Shares) != nil {
 		if probe == nil {
-			probe = cfg.Sharing.probe()
+			probe = cfg.Sharing.probe(cfg.Shares)
 		}
 		g.Go(func() error {
 			watchSharing(ctx, probe, cfg.Sharing.CheckInterval, func(err error) { p.SetSharingHealth(err) }, log.WithName("sharing"))

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,10 @@ const (
 	MPSContainerShm = "/dev/shm"
 	// MPSControl is the control daemon's socket in the pipe directory.
 	MPSControl = "control"
+	// MPSReady is the file the chart's MPS daemon script (charts/cardinal/files/mps-daemon.sh) writes
+	// in the pipe directory once the cards' compute mode and the daemon's default limits are set and
+	// a server has started; its first line is "shares=<N> computeMode=<mode> activeThreadPercentage=<P>".
+	MPSReady = "cardinal-ready"
 	// HAMiCoreContainerLibrary is where a shared container sees HAMi-core's library.
 	HAMiCoreContainerLibrary = "/usr/local/vgpu/libvgpu.so"
 	// ContainerPreload is the dynamic loader's preload list; mounted over it, it loads HAMi-core
@@ -87,7 +92,7 @@ func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSShmDir, "mps-shm-dir", c.MPSShmDir, "mps: the tmpfs the daemon has at /dev/shm, on the host; mounted at /dev/shm in shared containers (empty: not mounted)")
 	fs.StringVar(&c.HAMiCoreLibrary, "hami-core-library", c.HAMiCoreLibrary, "hami-core: HAMi-core's libvgpu.so on the host (read by the plugin at this path; mounted at "+HAMiCoreContainerLibrary+" in shared containers)")
 	fs.StringVar(&c.HAMiCorePreloadDir, "hami-core-preload-dir", c.HAMiCorePreloadDir, "hami-core: host folder the plugin writes "+PreloadFile+" into (mounted at "+ContainerPreload+" in shared containers)")
-	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the daemon's socket or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
+	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the MPS daemon (its socket, and its ready file naming --shares) or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
 }
 
 // Validate reports the settings the plugin cannot use, naming their flags.
@@ -136,8 +141,15 @@ type SharingProbe interface {
 }
 
 // mpsProbe accepts the MPS pipe directory when its control socket answers a connection (or, where
-// the daemon made it a named pipe, exists as one).
-type mpsProbe struct{ pipeDir string }
+// the daemon made it a named pipe, exists as one) and the daemon's script has vouched, after the
+// socket appeared, that it set the limits of the node's share count and that a server starts
+// (MPSReady). A socket alone says nothing of the cards: a daemon given none answers too, and every
+// server start then fails.
+type mpsProbe struct {
+	pipeDir string
+	// shares is the plugin's share count; the daemon's default limits must be set for it.
+	shares int
+}
 
 var _ SharingProbe = mpsProbe{}
 
@@ -149,18 +161,47 @@ func (p mpsProbe) Check(ctx context.Context) error {
 	}
 	switch {
 	case st.Mode()&fs.ModeNamedPipe != 0:
-		return nil
 	case st.Mode()&fs.ModeSocket == 0:
 		return fmt.Errorf("MPS control daemon: %s is neither a socket nor a named pipe", control)
+	default:
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var d net.Dialer
+		conn, err := d.DialContext(dctx, "unix", control)
+		if err != nil {
+			return fmt.Errorf("MPS control daemon does not answer: %w", err)
+		}
+		_ = conn.Close()
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", control)
+	return p.checkReady(st.ModTime())
+}
+
+// checkReady reads MPSReady: present, not older than the control socket (made at since), and
+// naming the plugin's share count.
+func (p mpsProbe) checkReady(since time.Time) error {
+	file := filepath.Join(p.pipeDir, MPSReady)
+	st, err := os.Stat(file)
 	if err != nil {
-		return fmt.Errorf("MPS control daemon does not answer: %w", err)
+		return fmt.Errorf("MPS control daemon answers, but nothing says a server can start with the node's limits (%w): "+
+			"the chart's daemon script writes %s once the compute mode and default limits are set and a server started", err, MPSReady)
 	}
-	return conn.Close()
+	if st.ModTime().Before(since) {
+		return fmt.Errorf("MPS daemon: %s is older than the control socket (left by an earlier daemon)", file)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("MPS daemon: %w", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	for _, field := range strings.Fields(first) {
+		if k, v, _ := strings.Cut(field, "="); k == "shares" {
+			if v != strconv.Itoa(p.shares) {
+				return fmt.Errorf("MPS daemon: its default limits are for shares=%s, the plugin advertises %d slots per card", v, p.shares)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("MPS daemon: %s names no share count (first line %q)", file, first)
 }
 
 // hamiCoreProbe accepts HAMi-core's library when it is a non-empty regular file.
@@ -179,11 +220,11 @@ func (p hamiCoreProbe) Check(context.Context) error {
 	return nil
 }
 
-// probe returns the mode's probe; nil for mode none.
-func (c SharingConfig) probe() SharingProbe {
+// probe returns the mode's probe for a node advertising shares slots per card; nil for mode none.
+func (c SharingConfig) probe(shares int) SharingProbe {
 	switch c.Mode {
 	case annotations.SharingMPS:
-		return mpsProbe{pipeDir: c.MPSPipeDir}
+		return mpsProbe{pipeDir: c.MPSPipeDir, shares: shares}
 	case annotations.SharingHAMiCore:
 		return hamiCoreProbe{library: c.HAMiCoreLibrary}
 	}

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -167,9 +168,23 @@ func TestSharingNoneInventoryHasNoSharingField(t *testing.T) {
 	}
 }
 
+// writeMPSReady writes the daemon script's ready file for shares, dated at.
+func writeMPSReady(t *testing.T, dir string, shares int, at time.Time) {
+	t.Helper()
+	file := filepath.Join(dir, MPSReady)
+	content := fmt.Sprintf("shares=%d computeMode=EXCLUSIVE_PROCESS activeThreadPercentage=%d\nGPU-00 pinnedMemLimitMiB=20480\n", shares, 100/shares)
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(file, at, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestMPSProbe(t *testing.T) {
 	dir := t.TempDir()
-	probe := mpsProbe{pipeDir: dir}
+	probe := mpsProbe{pipeDir: dir, shares: 4}
+	writeMPSReady(t, dir, 4, time.Now().Add(time.Hour))
 	if err := probe.Check(context.Background()); err == nil {
 		t.Fatal("no control socket: check passed")
 	}
@@ -210,8 +225,46 @@ func TestMPSProbe(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(fifoDir, MPSControl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := (mpsProbe{pipeDir: fifoDir}).Check(context.Background()); err != nil {
+	writeMPSReady(t, fifoDir, 4, time.Now().Add(time.Hour))
+	if err := (mpsProbe{pipeDir: fifoDir, shares: 4}).Check(context.Background()); err != nil {
 		t.Fatalf("named pipe: %v", err)
+	}
+}
+
+// A daemon that answers on its socket but cannot start a server (no cards, refused compute mode,
+// limits not set) never vouches for itself: the node is not ready for shared containers. Nor is it
+// when the file is an earlier daemon's, or was written for another share count.
+func TestMPSProbeNeedsTheDaemonToVouchForAServer(t *testing.T) {
+	dir := t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(dir, MPSControl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // the fake daemon: accepts every connection, starts no server
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	probe := mpsProbe{pipeDir: dir, shares: 4}
+	if err := probe.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "nothing says a server can start") {
+		t.Fatalf("socket answers, no ready file: %v", err)
+	}
+	writeMPSReady(t, dir, 4, time.Now().Add(-time.Hour))
+	if err := probe.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "older than the control socket") {
+		t.Fatalf("ready file of an earlier daemon: %v", err)
+	}
+	writeMPSReady(t, dir, 2, time.Now().Add(time.Hour))
+	if err := probe.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "for shares=2, the plugin advertises 4") {
+		t.Fatalf("ready file for another share count: %v", err)
+	}
+	writeMPSReady(t, dir, 4, time.Now().Add(time.Hour))
+	if err := probe.Check(context.Background()); err != nil {
+		t.Fatalf("daemon vouched for shares 4: %v", err)
 	}
 }
 
