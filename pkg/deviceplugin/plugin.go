@@ -351,6 +351,13 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			aerr = refuse(ReasonSharingNotReady, []*podEntry{o.Owner.Pod}, "container %s of pod %s shares its cards, but this node's %s sharing cannot enforce its limits now: %v",
 				o.Owner.Name, o.Owner.Pod.key(), p.sharing.Mode, p.sharingErr)
 		}
+		if aerr == nil && p.sharing.Mode == annotations.SharingMPS && shared(o) {
+			if other := p.otherTenant(o.Owner.Pod); other != nil {
+				aerr = refuse(ReasonOtherTenant, []*podEntry{o.Owner.Pod}, "container %s of pod %s shares its cards in mps mode, but pod %s of namespace %s "+
+					"shares cards on this node: one MPS daemon (its /dev/shm and control pipe) serves one namespace at a time",
+					o.Owner.Name, o.Owner.Pod.key(), other.key(), other.Namespace)
+			}
+		}
 		if aerr != nil {
 			p.mu.Unlock()
 			p.metrics.allocated(string(aerr.Reason), time.Since(start))

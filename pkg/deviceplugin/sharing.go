@@ -53,6 +53,30 @@ const (
 	HAMiCoreCacheDir = "/tmp"
 )
 
+// ReasonOtherTenant: the container shares its cards in mode mps, and a shared container of another
+// namespace holds (or is about to hold) slots on this node. One MPS control daemon serves the node:
+// its clients share the daemon's /dev/shm tmpfs and its control pipe, so two namespaces' clients could
+// read each other's shared memory, fill the tmpfs, or command the daemon. An mps node therefore serves
+// shared containers of one namespace at a time.
+const ReasonOtherTenant Reason = "other-tenant"
+
+// otherTenant returns a pod of another namespace than pod's that shares cards on this node (bound
+// here, not ended, Cardinal-scheduled with a shared container); nil when there is none. p.mu held.
+func (p *Plugin) otherTenant(pod *podEntry) *podEntry {
+	var found *podEntry
+	for _, e := range p.pods {
+		if e.Gone || e.Namespace == pod.Namespace || !e.HasAssignment {
+			continue
+		}
+		for _, r := range e.Requests {
+			if r.Shared && (found == nil || e.key() < found.key()) {
+				found = e
+			}
+		}
+	}
+	return found
+}
+
 // SharingConfig is how the node enforces the limits of containers that share a card.
 type SharingConfig struct {
 	// Mode is annotations.SharingNone, SharingMPS or SharingHAMiCore.

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -359,5 +360,58 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 	none.MPSPipeDir = "relative" // ignored in mode none
 	if err := none.Validate(); err != nil {
 		t.Errorf("mode none: %v", err)
+	}
+}
+
+// Mode mps serves shared containers of one namespace at a time: one daemon's /dev/shm and control
+// pipe would otherwise be shared between tenants. Another namespace's shared container is refused
+// while the first namespace's shared pod lives; whole-card containers of any namespace, and shared
+// ones of the same namespace, are served; once the first tenant's pod is gone the other is served.
+// hami-core keeps no shared daemon state between containers and is not restricted.
+func TestMPSServesSharedContainersOfOneNamespaceAtATime(t *testing.T) {
+	inNS := func(t *testing.T, ns string, b *podBuilder) *corev1.Pod {
+		pod := b.obj(t)
+		pod.Namespace = ns
+		return pod
+	}
+	slot := func(card, k int) []string { return []string{annotations.SlotID(uuidOf(card), k)} }
+	p := sharingPlugin(t, mpsConfig(), 4)
+	p.SetSharingHealth(nil)
+	a := inNS(t, "team-a", newPod("a", ctr{name: "main", ids: slot(0, 0), memMiB: 20000}))
+	p.UpsertPod(a)
+	if _, err := allocateOne(p, slot(0, 0)); err != nil {
+		t.Fatalf("first tenant: %v", err)
+	}
+	p.UpsertPod(inNS(t, "team-a", newPod("a2", ctr{name: "main", ids: slot(0, 1), memMiB: 20000})))
+	if _, err := allocateOne(p, slot(0, 1)); err != nil {
+		t.Fatalf("same namespace: %v", err)
+	}
+	p.UpsertPod(inNS(t, "team-b", newPod("b", ctr{name: "main", ids: slot(1, 0), memMiB: 20000})))
+	_, err := allocateOne(p, slot(1, 0))
+	st, _ := status.FromError(err)
+	if err == nil || st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "cardinal: other-tenant:") ||
+		!strings.Contains(st.Message(), "team-b/b") || !strings.Contains(st.Message(), "namespace team-a") {
+		t.Fatalf("second tenant: err = %v, want other-tenant naming both", err)
+	}
+	p.UpsertPod(inNS(t, "team-b", newPod("whole", ctr{name: "main", ids: slot(2, 0)})))
+	if _, err := allocateOne(p, slot(2, 0)); err != nil {
+		t.Fatalf("whole-card container of another namespace: %v", err)
+	}
+	for _, name := range []string{"a", "a2"} {
+		pod := inNS(t, "team-a", newPod(name, ctr{name: "main", ids: slot(0, 0), memMiB: 20000}))
+		p.DeletePod(pod)
+	}
+	if _, err := allocateOne(p, slot(1, 0)); err != nil {
+		t.Fatalf("second tenant once the first is gone: %v", err)
+	}
+
+	h := sharingPlugin(t, hamiConfig(), 4)
+	h.SetSharingHealth(nil)
+	h.UpsertPod(inNS(t, "team-a", newPod("a", ctr{name: "main", ids: slot(0, 0), memMiB: 20000})))
+	h.UpsertPod(inNS(t, "team-b", newPod("b", ctr{name: "main", ids: slot(1, 0), memMiB: 20000})))
+	for _, ids := range [][]string{slot(0, 0), slot(1, 0)} {
+		if _, err := allocateOne(h, ids); err != nil {
+			t.Errorf("hami-core %v: %v", ids, err)
+		}
 	}
 }
