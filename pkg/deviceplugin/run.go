@@ -221,6 +221,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := writePreload(cfg.Sharing.HAMiCorePreloadDir); err != nil {
 			return err
 		}
+		if err := makeLockDir(cfg.Sharing.HAMiCoreLockDir); err != nil {
+			return err
+		}
 	}
 
 	podInformers := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {

@@ -51,6 +51,12 @@ const (
 	// HAMiCoreCacheDir is the container folder of HAMi-core's shared usage file (the container's
 	// own /tmp: every process of the container sees it, no other container does).
 	HAMiCoreCacheDir = "/tmp"
+	// HAMiCoreContainerLockDir is where HAMi-core takes its node-wide lock files (a fixed path in
+	// HAMi-core; HAMi's own plugin mounts the host's /tmp/vgpulock there). It serialises the step in
+	// which HAMi-core maps the container's processes to the host PIDs NVML reports, across every
+	// container of the node: a container-private folder would let two containers starting at once on
+	// one card mis-account each other's memory.
+	HAMiCoreContainerLockDir = "/tmp/vgpulock"
 )
 
 // ReasonOtherTenant: the container shares its cards in mode mps, and a shared container of another
@@ -91,6 +97,9 @@ type SharingConfig struct {
 	HAMiCoreLibrary string
 	// HAMiCorePreloadDir is a host folder the plugin writes PreloadFile into at start.
 	HAMiCorePreloadDir string
+	// HAMiCoreLockDir is the host folder shared containers get at HAMiCoreContainerLockDir; the
+	// plugin creates it (mode 1777) at start.
+	HAMiCoreLockDir string
 	// CheckInterval is how often the mode's enforcement is checked (mps, hami-core).
 	CheckInterval time.Duration
 }
@@ -103,6 +112,7 @@ func DefaultSharingConfig() SharingConfig {
 		MPSShmDir:          "/run/cardinal/mps/shm",
 		HAMiCoreLibrary:    "/usr/local/vgpu/libvgpu.so",
 		HAMiCorePreloadDir: "/var/lib/cardinal/hami-core",
+		HAMiCoreLockDir:    "/tmp/vgpulock",
 		CheckInterval:      5 * time.Second,
 	}
 }
@@ -116,6 +126,7 @@ func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSShmDir, "mps-shm-dir", c.MPSShmDir, "mps: the tmpfs the daemon has at /dev/shm, on the host; mounted at /dev/shm in shared containers (empty: not mounted)")
 	fs.StringVar(&c.HAMiCoreLibrary, "hami-core-library", c.HAMiCoreLibrary, "hami-core: HAMi-core's libvgpu.so on the host (read by the plugin at this path; mounted at "+HAMiCoreContainerLibrary+" in shared containers)")
 	fs.StringVar(&c.HAMiCorePreloadDir, "hami-core-preload-dir", c.HAMiCorePreloadDir, "hami-core: host folder the plugin writes "+PreloadFile+" into (mounted at "+ContainerPreload+" in shared containers)")
+	fs.StringVar(&c.HAMiCoreLockDir, "hami-core-lock-dir", c.HAMiCoreLockDir, "hami-core: host folder of HAMi-core's node-wide lock files, mounted at "+HAMiCoreContainerLockDir+" in shared containers (created mode 1777 at start)")
 	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the MPS daemon (its socket, and its ready file naming --shares) or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
 }
 
@@ -138,6 +149,9 @@ func (c SharingConfig) Validate() error {
 		}
 		if !filepath.IsAbs(c.HAMiCorePreloadDir) {
 			errs = append(errs, fmt.Errorf("--hami-core-preload-dir: %q is not an absolute path", c.HAMiCorePreloadDir))
+		}
+		if !filepath.IsAbs(c.HAMiCoreLockDir) {
+			errs = append(errs, fmt.Errorf("--hami-core-lock-dir: %q is not an absolute path", c.HAMiCoreLockDir))
 		}
 	default:
 		return fmt.Errorf("--sharing-mode: unknown mode %q (known: %s)", c.Mode, strings.Join(annotations.SharingModes, ", "))
@@ -276,6 +290,18 @@ func writePreload(dir string) error {
 	return nil
 }
 
+// makeLockDir creates HAMi-core's host lock folder, writable by every container's user (HAMi-core
+// runs as the container's user) with the sticky bit, so no container removes another's lock file.
+func makeLockDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("hami-core lock folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o777|fs.ModeSticky); err != nil {
+		return fmt.Errorf("hami-core lock folder: %w", err)
+	}
+	return nil
+}
+
 // watchSharing checks the probe at once and every interval, and reports each result to set until
 // ctx ends.
 func watchSharing(ctx context.Context, probe SharingProbe, every time.Duration, set func(error), log logr.Logger) {
@@ -327,7 +353,8 @@ func (c SharingConfig) sharedResponse(r *pluginapi.ContainerAllocateResponse, ke
 		r.Envs[EnvHAMiCoreSharedCache] = path.Join(HAMiCoreCacheDir, "cardinal-vgpu-"+key+".cache")
 		r.Mounts = append(r.Mounts,
 			&pluginapi.Mount{ContainerPath: HAMiCoreContainerLibrary, HostPath: c.HAMiCoreLibrary, ReadOnly: true},
-			&pluginapi.Mount{ContainerPath: ContainerPreload, HostPath: filepath.Join(c.HAMiCorePreloadDir, PreloadFile), ReadOnly: true})
+			&pluginapi.Mount{ContainerPath: ContainerPreload, HostPath: filepath.Join(c.HAMiCorePreloadDir, PreloadFile), ReadOnly: true},
+			&pluginapi.Mount{ContainerPath: HAMiCoreContainerLockDir, HostPath: c.HAMiCoreLockDir})
 	}
 }
 

@@ -101,6 +101,7 @@ func TestSharingModesAllocateResponse(t *testing.T) {
 			want: responseView{Envs: env(append(hamiEnv, EnvHAMiCoreSharedCache, "/tmp/cardinal-vgpu-"+key+".cache")...), Mounts: []mount{
 				{ContainerPath: "/usr/local/vgpu/libvgpu.so", HostPath: "/usr/local/vgpu/libvgpu.so", ReadOnly: true},
 				{ContainerPath: "/etc/ld.so.preload", HostPath: "/var/lib/cardinal/hami-core/ld.so.preload", ReadOnly: true},
+				{ContainerPath: "/tmp/vgpulock", HostPath: "/tmp/vgpulock"}, // HAMi-core's node-wide lock folder
 			}}},
 		{name: "hami-core, whole cards: nothing preloaded", sc: hamiConfig(), c: whole, want: responseView{Envs: env()}},
 	}
@@ -348,6 +349,7 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 		{func(c *SharingConfig) { c.Mode = "mps"; c.MPSShmDir = "shm" }, "--mps-shm-dir"},
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCoreLibrary = "lib.so" }, "--hami-core-library"},
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCorePreloadDir = "" }, "--hami-core-preload-dir"},
+		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCoreLockDir = "tmp/vgpulock" }, "--hami-core-lock-dir"},
 		{func(c *SharingConfig) { c.Mode = "mps"; c.CheckInterval = 0 }, "--sharing-check-interval"},
 	} {
 		c := DefaultSharingConfig()
@@ -412,6 +414,22 @@ func TestMPSServesSharedContainersOfOneNamespaceAtATime(t *testing.T) {
 	for _, ids := range [][]string{slot(0, 0), slot(1, 0)} {
 		if _, err := allocateOne(h, ids); err != nil {
 			t.Errorf("hami-core %v: %v", ids, err)
+		}
+	}
+}
+
+func TestMakeLockDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vgpulock")
+	for i := 0; i < 2; i++ { // created, then left as it is
+		if err := makeLockDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode()&os.ModePerm != 0o777 || st.Mode()&os.ModeSticky == 0 {
+			t.Errorf("lock folder mode %v, want 1777 (every user writes, none removes another's lock)", st.Mode())
 		}
 	}
 }

@@ -38,7 +38,7 @@ func TestSharingModeNoneRendersNoDaemon(t *testing.T) {
 	if flags["sharing-mode"] != "none" {
 		t.Errorf("--sharing-mode=%q, want none", flags["sharing-mode"])
 	}
-	for _, f := range []string{"mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "sharing-check-interval"} {
+	for _, f := range []string{"mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir", "sharing-check-interval"} {
 		if _, ok := flags[f]; ok {
 			t.Errorf("mode none passes --%s", f)
 		}
@@ -173,12 +173,12 @@ func TestSharingModeHAMiCoreRendersPluginFlags(t *testing.T) {
 	plugin := get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec
 	pc := container(t, plugin, "device-plugin")
 	flags := flagsOf(t, pc.Args)
-	for k, v := range map[string]string{"sharing-mode": "hami-core", "hami-core-library": "/opt/hami/lib/libvgpu.so", "hami-core-preload-dir": "/var/lib/x"} {
+	for k, v := range map[string]string{"sharing-mode": "hami-core", "hami-core-library": "/opt/hami/lib/libvgpu.so", "hami-core-preload-dir": "/var/lib/x", "hami-core-lock-dir": "/tmp/vgpulock"} {
 		if flags[k] != v {
 			t.Errorf("plugin --%s=%q, want %q", k, flags[k], v)
 		}
 	}
-	want := map[string]string{"/opt/hami/lib": "/opt/hami/lib", "/var/lib/x": "/var/lib/x"}
+	want := map[string]string{"/opt/hami/lib": "/opt/hami/lib", "/var/lib/x": "/var/lib/x", "/tmp/vgpulock": "/tmp/vgpulock"}
 	got := hostPaths(plugin, pc)
 	for k, v := range want {
 		if got[k] != v {
