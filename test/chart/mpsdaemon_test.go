@@ -143,6 +143,7 @@ func TestMPSDaemonScriptSetsComputeModeAndSlotLimitsBeforeReady(t *testing.T) {
 		"ctl set_default_device_pinned_mem_limit 1 10240M",
 		"ctl start_server -uid " + uid,
 		"ctl get_server_list",
+		"ctl shutdown_server 4242", // the check's server holds no card afterwards
 	}
 	if diff := cmp.Diff(want, r.logLines(t)); diff != "" {
 		t.Errorf("driver and daemon calls before ready (-want +got):\n%s", diff)

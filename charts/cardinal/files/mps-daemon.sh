@@ -10,7 +10,8 @@
 #     slot: every card's pinned device memory to its memory / CARDINAL_MPS_SHARES, and the active
 #     thread percentage to 100 / CARDINAL_MPS_SHARES. A client's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
 #     can only lower the daemon's setting (NVIDIA MPS documentation, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
-#  4. Checks that a server starts (start_server, then get_server_list), and only then writes
+#  4. Checks that a server starts (start_server, then get_server_list; the check's server is shut down
+#     again, so that it holds no card), and only then writes
 #     $CUDA_MPS_PIPE_DIRECTORY/cardinal-ready: the device plugin's readiness check requires that
 #     file, newer than the control socket and naming the node's share count.
 #  5. On SIGTERM: quit the daemon, put the compute mode back to DEFAULT, remove the file. A step that
@@ -113,6 +114,11 @@ done
 ctl start_server -uid "$(id -u)" >/dev/null || die "the control daemon refused to start a server"
 servers=$(ctl get_server_list) || die "get_server_list failed"
 [ -n "$servers" ] || die "the control daemon started no server"
+# The check's server must not stay: under EXCLUSIVE_PROCESS it would hold every card and refuse the
+# whole-card containers of the node. The clients' own servers start on demand.
+for pid in $servers; do
+	ctl shutdown_server "$pid" >/dev/null || die "shutdown_server $pid failed"
+done
 mv "$ready.tmp" "$ready"
 log "ready: $(head -n 1 "$ready")"
 
