@@ -39,7 +39,8 @@ type deviceTable struct {
 	order   []string
 }
 
-// newDeviceTable builds the table. A card NVML could not describe (Fault set) starts unhealthy; one
+// newDeviceTable builds the table. A card NVML could not describe (Fault set) starts unhealthy, and so
+// does a card in MIG mode (current or pending: it must not be served whole); one
 // without a UUID cannot be advertised at all and is left out (namedCards gives it its old name when
 // the Node's inventory still has it).
 func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
@@ -49,7 +50,7 @@ func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
 			continue
 		}
 		i := len(t.cards)
-		g := annotations.GPU{UUID: c.UUID, Index: c.Index, Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: c.NUMA, Healthy: c.Fault == "", Shares: shares}
+		g := annotations.GPU{UUID: c.UUID, Index: c.Index, Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: c.NUMA, Healthy: c.Fault == "" && !c.MIG.Enabled(), Shares: shares}
 		t.cards = append(t.cards, g)
 		t.bus = append(t.bus, c.PCIBusID)
 		t.byUUID[c.UUID] = i

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
 )
 
 func TestFaultyCardIsAdvertisedUnhealthyAndTheOthersServed(t *testing.T) {
@@ -100,5 +101,71 @@ func TestXidLists(t *testing.T) {
 	}
 	if d := DefaultConfig(); d.ResetXids.String() != "48,63,64,74,79,94,95,119,120" || d.IgnoredXids.String() != "13,31,43,45,68,109" {
 		t.Errorf("defaults %s / %s", d.ResetXids.String(), d.IgnoredXids.String())
+	}
+}
+
+// A card in MIG mode (current or pending) is never served whole: from the simulated NVML through
+// discovery to what the kubelet and the Node's inventory see, under whole-card and shared use, and
+// the Node Event says why. Cards without MIG support and with MIG disabled are served.
+func TestCardInMIGModeIsAdvertisedUnhealthy(t *testing.T) {
+	on, pending := &nvidia.MIGMode{Current: true, Pending: true}, &nvidia.MIGMode{Pending: true}
+	simCards := []sim.Card{
+		{UUID: uuidOf(0), Index: 0, Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}, // no MIG support
+		{UUID: uuidOf(1), Index: 1, Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true, MIG: &nvidia.MIGMode{}},
+		{UUID: uuidOf(2), Index: 2, Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true, MIG: on},
+		{UUID: uuidOf(3), Index: 3, Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true, MIG: pending},
+	}
+	srv := sim.New(simCards)
+	cards, err := nvidia.Discover(srv, srv.NUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shares := range []int{1, 2} {
+		p := testPlugin(t, cards, shares)
+		got := map[string]string{}
+		for _, d := range p.table.pluginDevices(false) {
+			got[d.ID] = d.Health
+		}
+		want := map[string]string{}
+		for i := 0; i < 4; i++ {
+			health := pluginapi.Healthy
+			if i >= 2 {
+				health = pluginapi.Unhealthy
+			}
+			g := annotations.GPU{UUID: uuidOf(i), Shares: shares}
+			for _, id := range g.DeviceIDs() {
+				want[id] = health
+			}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("shares %d: advertised (-want +got):\n%s", shares, diff)
+		}
+		var healthy []bool
+		for _, g := range p.Inventory().GPUs {
+			healthy = append(healthy, g.Healthy)
+		}
+		if diff := cmp.Diff([]bool{true, true, false, false}, healthy); diff != "" {
+			t.Errorf("shares %d: inventory health (-want +got):\n%s", shares, diff)
+		}
+	}
+	rec := record.NewFakeRecorder(8)
+	node := &corev1.ObjectReference{Kind: "Node", Name: testNode}
+	for _, ev := range discoveryHealth(cards) {
+		recordHealthEvent(rec, node, ev)
+	}
+	close(rec.Events)
+	var events []string
+	for e := range rec.Events {
+		events = append(events, e)
+	}
+	want := []string{
+		"Warning CardinalGPUUnhealthy GPU GPU-02 is unhealthy: " + on.Reason(),
+		"Warning CardinalGPUUnhealthy GPU GPU-03 is unhealthy: " + pending.Reason(),
+	}
+	if diff := cmp.Diff(want, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(want[1], "MIG mode is enabled (current disabled, pending enabled)") {
+		t.Errorf("event %q does not say the MIG mode", want[1])
 	}
 }

@@ -382,6 +382,16 @@ func (p *Plugin) serveLocked(holders []holder, req *pluginapi.AllocateRequest, r
 				aerr.Admitted = o.Owner.Pod
 			}
 		}
+		if aerr == nil && p.sharing.Mode == annotations.SharingMPS && shared(o) {
+			if other := p.otherTenant(o.Owner.Pod); other != nil {
+				aerr = refuse(ReasonOtherTenant, []*podEntry{o.Owner.Pod}, "container %s of pod %s shares its cards in mps mode, but pod %s of namespace %s "+
+					"shares cards on this node: one MPS daemon (its /dev/shm and control pipe) serves one namespace at a time",
+					o.Owner.Name, o.Owner.Pod.key(), other.key(), other.Namespace)
+				if o.Certain {
+					aerr.Admitted = o.Owner.Pod
+				}
+			}
+		}
 		if aerr != nil {
 			if aerr.Admitted != nil {
 				// The kubelet fails the pod's admission (UnexpectedAdmissionError) and never admits

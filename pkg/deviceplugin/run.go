@@ -208,6 +208,10 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("card found but NVML cannot describe it; advertised unhealthy", logging.KeyGPU, c.UUID, "index", c.Index, logging.KeyReason, c.Fault)
 			continue
 		}
+		if r := c.MIG.Reason(); r != "" {
+			log.Info("card found in MIG mode; advertised unhealthy", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, logging.KeyReason, r)
+			continue
+		}
 		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
 	}
 
@@ -216,6 +220,9 @@ func Run(ctx context.Context, cfg Config) error {
 		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, Log: log.WithName("plugin"), Metrics: m})
 	if cfg.Sharing.Mode == annotations.SharingHAMiCore {
 		if err := writePreload(cfg.Sharing.HAMiCorePreloadDir); err != nil {
+			return err
+		}
+		if err := makeLockDir(cfg.Sharing.HAMiCoreLockDir); err != nil {
 			return err
 		}
 	}
@@ -246,6 +253,9 @@ func Run(ctx context.Context, cfg Config) error {
 	events := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "cardinal-device-plugin", Host: cfg.NodeName})
 	nodeRef := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}
 	p.healthChanged = func(ev nvidia.HealthEvent) { recordHealthEvent(events, nodeRef, ev) }
+	for _, ev := range discoveryHealth(cards) {
+		recordHealthEvent(events, nodeRef, ev)
+	}
 	p.failed = func(e *AllocateError) {
 		for _, pod := range e.Pods {
 			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
@@ -323,9 +333,9 @@ func Run(ctx context.Context, cfg Config) error {
 			IgnoredXids: cfg.IgnoredXids.set(), ResetXids: cfg.ResetXids.set(), Log: log.WithName("health")},
 			func(ev nvidia.HealthEvent) { p.SetHealth(ev) })
 	})
-	if probe := cfg.SharingProbe; probe != nil || cfg.Sharing.probe() != nil {
+	if probe := cfg.SharingProbe; probe != nil || cfg.Sharing.probe(cfg.Shares) != nil {
 		if probe == nil {
-			probe = cfg.Sharing.probe()
+			probe = cfg.Sharing.probe(cfg.Shares)
 		}
 		g.Go(func() error {
 			watchSharing(ctx, probe, cfg.Sharing.CheckInterval, func(err error) { p.SetSharingHealth(err) }, log.WithName("sharing"))
@@ -355,6 +365,19 @@ const (
 	EventGPUUnhealthy = "CardinalGPUUnhealthy"
 	EventGPUHealthy   = "CardinalGPUHealthy"
 )
+
+// discoveryHealth is the health events of the cards advertised unhealthy from the start for a reason
+// the health watcher does not report as a change: a card in MIG mode (its Node Event says why it is
+// not served). Cards not described at discovery are reported by the watcher.
+func discoveryHealth(cards []nvidia.Card) []nvidia.HealthEvent {
+	var out []nvidia.HealthEvent
+	for _, c := range cards {
+		if r := c.MIG.Reason(); r != "" && c.UUID != "" && c.Fault == "" {
+			out = append(out, nvidia.HealthEvent{UUID: c.UUID, Reason: r})
+		}
+	}
+	return out
+}
 
 // recordHealthEvent records a card's health change on its Node.
 func recordHealthEvent(rec record.EventRecorder, node *corev1.ObjectReference, ev nvidia.HealthEvent) {

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,10 @@ const (
 	MPSContainerShm = "/dev/shm"
 	// MPSControl is the control daemon's socket in the pipe directory.
 	MPSControl = "control"
+	// MPSReady is the file the chart's MPS daemon script (charts/cardinal/files/mps-daemon.sh) writes
+	// in the pipe directory once the cards' compute mode and the daemon's default limits are set and
+	// a server has started; its first line is "shares=<N> computeMode=<mode> activeThreadPercentage=<P>".
+	MPSReady = "cardinal-ready"
 	// HAMiCoreContainerLibrary is where a shared container sees HAMi-core's library.
 	HAMiCoreContainerLibrary = "/usr/local/vgpu/libvgpu.so"
 	// ContainerPreload is the dynamic loader's preload list; mounted over it, it loads HAMi-core
@@ -46,7 +51,37 @@ const (
 	// HAMiCoreCacheDir is the container folder of HAMi-core's shared usage file (the container's
 	// own /tmp: every process of the container sees it, no other container does).
 	HAMiCoreCacheDir = "/tmp"
+	// HAMiCoreContainerLockDir is where HAMi-core takes its node-wide lock files (a fixed path in
+	// HAMi-core; HAMi's own plugin mounts the host's /tmp/vgpulock there). It serialises the step in
+	// which HAMi-core maps the container's processes to the host PIDs NVML reports, across every
+	// container of the node: a container-private folder would let two containers starting at once on
+	// one card mis-account each other's memory.
+	HAMiCoreContainerLockDir = "/tmp/vgpulock"
 )
+
+// ReasonOtherTenant: the container shares its cards in mode mps, and a shared container of another
+// namespace holds (or is about to hold) slots on this node. One MPS control daemon serves the node:
+// its clients share the daemon's /dev/shm tmpfs and its control pipe, so two namespaces' clients could
+// read each other's shared memory, fill the tmpfs, or command the daemon. An mps node therefore serves
+// shared containers of one namespace at a time.
+const ReasonOtherTenant Reason = "other-tenant"
+
+// otherTenant returns a pod of another namespace than pod's that shares cards on this node (bound
+// here, not ended, Cardinal-scheduled with a shared container); nil when there is none. p.mu held.
+func (p *Plugin) otherTenant(pod *podEntry) *podEntry {
+	var found *podEntry
+	for _, e := range p.pods {
+		if e.Gone || e.Namespace == pod.Namespace || !e.HasAssignment {
+			continue
+		}
+		for _, r := range e.Requests {
+			if r.Shared && (found == nil || e.key() < found.key()) {
+				found = e
+			}
+		}
+	}
+	return found
+}
 
 // SharingConfig is how the node enforces the limits of containers that share a card.
 type SharingConfig struct {
@@ -62,6 +97,9 @@ type SharingConfig struct {
 	HAMiCoreLibrary string
 	// HAMiCorePreloadDir is a host folder the plugin writes PreloadFile into at start.
 	HAMiCorePreloadDir string
+	// HAMiCoreLockDir is the host folder shared containers get at HAMiCoreContainerLockDir; the
+	// plugin creates it (mode 1777) at start.
+	HAMiCoreLockDir string
 	// CheckInterval is how often the mode's enforcement is checked (mps, hami-core).
 	CheckInterval time.Duration
 }
@@ -74,6 +112,7 @@ func DefaultSharingConfig() SharingConfig {
 		MPSShmDir:          "/run/cardinal/mps/shm",
 		HAMiCoreLibrary:    "/usr/local/vgpu/libvgpu.so",
 		HAMiCorePreloadDir: "/var/lib/cardinal/hami-core",
+		HAMiCoreLockDir:    "/tmp/vgpulock",
 		CheckInterval:      5 * time.Second,
 	}
 }
@@ -87,7 +126,8 @@ func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MPSShmDir, "mps-shm-dir", c.MPSShmDir, "mps: the tmpfs the daemon has at /dev/shm, on the host; mounted at /dev/shm in shared containers (empty: not mounted)")
 	fs.StringVar(&c.HAMiCoreLibrary, "hami-core-library", c.HAMiCoreLibrary, "hami-core: HAMi-core's libvgpu.so on the host (read by the plugin at this path; mounted at "+HAMiCoreContainerLibrary+" in shared containers)")
 	fs.StringVar(&c.HAMiCorePreloadDir, "hami-core-preload-dir", c.HAMiCorePreloadDir, "hami-core: host folder the plugin writes "+PreloadFile+" into (mounted at "+ContainerPreload+" in shared containers)")
-	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the daemon's socket or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
+	fs.StringVar(&c.HAMiCoreLockDir, "hami-core-lock-dir", c.HAMiCoreLockDir, "hami-core: host folder of HAMi-core's node-wide lock files, mounted at "+HAMiCoreContainerLockDir+" in shared containers (created mode 1777 at start)")
+	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the MPS daemon (its socket, and its ready file naming --shares) or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
 }
 
 // Validate reports the settings the plugin cannot use, naming their flags.
@@ -109,6 +149,9 @@ func (c SharingConfig) Validate() error {
 		}
 		if !filepath.IsAbs(c.HAMiCorePreloadDir) {
 			errs = append(errs, fmt.Errorf("--hami-core-preload-dir: %q is not an absolute path", c.HAMiCorePreloadDir))
+		}
+		if !filepath.IsAbs(c.HAMiCoreLockDir) {
+			errs = append(errs, fmt.Errorf("--hami-core-lock-dir: %q is not an absolute path", c.HAMiCoreLockDir))
 		}
 	default:
 		return fmt.Errorf("--sharing-mode: unknown mode %q (known: %s)", c.Mode, strings.Join(annotations.SharingModes, ", "))
@@ -136,8 +179,15 @@ type SharingProbe interface {
 }
 
 // mpsProbe accepts the MPS pipe directory when its control socket answers a connection (or, where
-// the daemon made it a named pipe, exists as one).
-type mpsProbe struct{ pipeDir string }
+// the daemon made it a named pipe, exists as one) and the daemon's script has vouched, after the
+// socket appeared, that it set the limits of the node's share count and that a server starts
+// (MPSReady). A socket alone says nothing of the cards: a daemon given none answers too, and every
+// server start then fails.
+type mpsProbe struct {
+	pipeDir string
+	// shares is the plugin's share count; the daemon's default limits must be set for it.
+	shares int
+}
 
 var _ SharingProbe = mpsProbe{}
 
@@ -149,18 +199,47 @@ func (p mpsProbe) Check(ctx context.Context) error {
 	}
 	switch {
 	case st.Mode()&fs.ModeNamedPipe != 0:
-		return nil
 	case st.Mode()&fs.ModeSocket == 0:
 		return fmt.Errorf("MPS control daemon: %s is neither a socket nor a named pipe", control)
+	default:
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var d net.Dialer
+		conn, err := d.DialContext(dctx, "unix", control)
+		if err != nil {
+			return fmt.Errorf("MPS control daemon does not answer: %w", err)
+		}
+		_ = conn.Close()
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", control)
+	return p.checkReady(st.ModTime())
+}
+
+// checkReady reads MPSReady: present, not older than the control socket (made at since), and
+// naming the plugin's share count.
+func (p mpsProbe) checkReady(since time.Time) error {
+	file := filepath.Join(p.pipeDir, MPSReady)
+	st, err := os.Stat(file)
 	if err != nil {
-		return fmt.Errorf("MPS control daemon does not answer: %w", err)
+		return fmt.Errorf("MPS control daemon answers, but nothing says a server can start with the node's limits (%w): "+
+			"the chart's daemon script writes %s once the compute mode and default limits are set and a server started", err, MPSReady)
 	}
-	return conn.Close()
+	if st.ModTime().Before(since) {
+		return fmt.Errorf("MPS daemon: %s is older than the control socket (left by an earlier daemon)", file)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("MPS daemon: %w", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	for _, field := range strings.Fields(first) {
+		if k, v, _ := strings.Cut(field, "="); k == "shares" {
+			if v != strconv.Itoa(p.shares) {
+				return fmt.Errorf("MPS daemon: its default limits are for shares=%s, the plugin advertises %d slots per card", v, p.shares)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("MPS daemon: %s names no share count (first line %q)", file, first)
 }
 
 // hamiCoreProbe accepts HAMi-core's library when it is a non-empty regular file.
@@ -179,11 +258,11 @@ func (p hamiCoreProbe) Check(context.Context) error {
 	return nil
 }
 
-// probe returns the mode's probe; nil for mode none.
-func (c SharingConfig) probe() SharingProbe {
+// probe returns the mode's probe for a node advertising shares slots per card; nil for mode none.
+func (c SharingConfig) probe(shares int) SharingProbe {
 	switch c.Mode {
 	case annotations.SharingMPS:
-		return mpsProbe{pipeDir: c.MPSPipeDir}
+		return mpsProbe{pipeDir: c.MPSPipeDir, shares: shares}
 	case annotations.SharingHAMiCore:
 		return hamiCoreProbe{library: c.HAMiCoreLibrary}
 	}
@@ -207,6 +286,18 @@ func writePreload(dir string) error {
 	}
 	if err := os.Rename(tmp, file); err != nil {
 		return fmt.Errorf("hami-core preload file: %w", err)
+	}
+	return nil
+}
+
+// makeLockDir creates HAMi-core's host lock folder, writable by every container's user (HAMi-core
+// runs as the container's user) with the sticky bit, so no container removes another's lock file.
+func makeLockDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("hami-core lock folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o777|fs.ModeSticky); err != nil {
+		return fmt.Errorf("hami-core lock folder: %w", err)
 	}
 	return nil
 }
@@ -262,7 +353,8 @@ func (c SharingConfig) sharedResponse(r *pluginapi.ContainerAllocateResponse, ke
 		r.Envs[EnvHAMiCoreSharedCache] = path.Join(HAMiCoreCacheDir, "cardinal-vgpu-"+key+".cache")
 		r.Mounts = append(r.Mounts,
 			&pluginapi.Mount{ContainerPath: HAMiCoreContainerLibrary, HostPath: c.HAMiCoreLibrary, ReadOnly: true},
-			&pluginapi.Mount{ContainerPath: ContainerPreload, HostPath: filepath.Join(c.HAMiCorePreloadDir, PreloadFile), ReadOnly: true})
+			&pluginapi.Mount{ContainerPath: ContainerPreload, HostPath: filepath.Join(c.HAMiCorePreloadDir, PreloadFile), ReadOnly: true},
+			&pluginapi.Mount{ContainerPath: HAMiCoreContainerLockDir, HostPath: c.HAMiCoreLockDir})
 	}
 }
 

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -99,6 +101,7 @@ func TestSharingModesAllocateResponse(t *testing.T) {
 			want: responseView{Envs: env(append(hamiEnv, EnvHAMiCoreSharedCache, "/tmp/cardinal-vgpu-"+key+".cache")...), Mounts: []mount{
 				{ContainerPath: "/usr/local/vgpu/libvgpu.so", HostPath: "/usr/local/vgpu/libvgpu.so", ReadOnly: true},
 				{ContainerPath: "/etc/ld.so.preload", HostPath: "/var/lib/cardinal/hami-core/ld.so.preload", ReadOnly: true},
+				{ContainerPath: "/tmp/vgpulock", HostPath: "/tmp/vgpulock"}, // HAMi-core's node-wide lock folder
 			}}},
 		{name: "hami-core, whole cards: nothing preloaded", sc: hamiConfig(), c: whole, want: responseView{Envs: env()}},
 	}
@@ -169,9 +172,23 @@ func TestSharingNoneInventoryHasNoSharingField(t *testing.T) {
 	}
 }
 
+// writeMPSReady writes the daemon script's ready file for shares, dated at.
+func writeMPSReady(t *testing.T, dir string, shares int, at time.Time) {
+	t.Helper()
+	file := filepath.Join(dir, MPSReady)
+	content := fmt.Sprintf("shares=%d computeMode=EXCLUSIVE_PROCESS activeThreadPercentage=%d\nGPU-00 pinnedMemLimitMiB=20480\n", shares, 100/shares)
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(file, at, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestMPSProbe(t *testing.T) {
 	dir := t.TempDir()
-	probe := mpsProbe{pipeDir: dir}
+	probe := mpsProbe{pipeDir: dir, shares: 4}
+	writeMPSReady(t, dir, 4, time.Now().Add(time.Hour))
 	if err := probe.Check(context.Background()); err == nil {
 		t.Fatal("no control socket: check passed")
 	}
@@ -212,8 +229,46 @@ func TestMPSProbe(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(fifoDir, MPSControl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := (mpsProbe{pipeDir: fifoDir}).Check(context.Background()); err != nil {
+	writeMPSReady(t, fifoDir, 4, time.Now().Add(time.Hour))
+	if err := (mpsProbe{pipeDir: fifoDir, shares: 4}).Check(context.Background()); err != nil {
 		t.Fatalf("named pipe: %v", err)
+	}
+}
+
+// A daemon that answers on its socket but cannot start a server (no cards, refused compute mode,
+// limits not set) never vouches for itself: the node is not ready for shared containers. Nor is it
+// when the file is an earlier daemon's, or was written for another share count.
+func TestMPSProbeNeedsTheDaemonToVouchForAServer(t *testing.T) {
+	dir := t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(dir, MPSControl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // the fake daemon: accepts every connection, starts no server
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	probe := mpsProbe{pipeDir: dir, shares: 4}
+	if err := probe.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "nothing says a server can start") {
+		t.Fatalf("socket answers, no ready file: %v", err)
+	}
+	writeMPSReady(t, dir, 4, time.Now().Add(-time.Hour))
+	if err := probe.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "older than the control socket") {
+		t.Fatalf("ready file of an earlier daemon: %v", err)
+	}
+	writeMPSReady(t, dir, 2, time.Now().Add(time.Hour))
+	if err := probe.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "for shares=2, the plugin advertises 4") {
+		t.Fatalf("ready file for another share count: %v", err)
+	}
+	writeMPSReady(t, dir, 4, time.Now().Add(time.Hour))
+	if err := probe.Check(context.Background()); err != nil {
+		t.Fatalf("daemon vouched for shares 4: %v", err)
 	}
 }
 
@@ -296,6 +351,7 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 		{func(c *SharingConfig) { c.Mode = "mps"; c.MPSShmDir = "shm" }, "--mps-shm-dir"},
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCoreLibrary = "lib.so" }, "--hami-core-library"},
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCorePreloadDir = "" }, "--hami-core-preload-dir"},
+		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCoreLockDir = "tmp/vgpulock" }, "--hami-core-lock-dir"},
 		{func(c *SharingConfig) { c.Mode = "mps"; c.CheckInterval = 0 }, "--sharing-check-interval"},
 	} {
 		c := DefaultSharingConfig()
@@ -308,5 +364,74 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 	none.MPSPipeDir = "relative" // ignored in mode none
 	if err := none.Validate(); err != nil {
 		t.Errorf("mode none: %v", err)
+	}
+}
+
+// Mode mps serves shared containers of one namespace at a time: one daemon's /dev/shm and control
+// pipe would otherwise be shared between tenants. Another namespace's shared container is refused
+// while the first namespace's shared pod lives; whole-card containers of any namespace, and shared
+// ones of the same namespace, are served; once the first tenant's pod is gone the other is served.
+// hami-core keeps no shared daemon state between containers and is not restricted.
+func TestMPSServesSharedContainersOfOneNamespaceAtATime(t *testing.T) {
+	inNS := func(t *testing.T, ns string, b *podBuilder) *corev1.Pod {
+		pod := b.obj(t)
+		pod.Namespace = ns
+		return pod
+	}
+	slot := func(card, k int) []string { return []string{annotations.SlotID(uuidOf(card), k)} }
+	p := sharingPlugin(t, mpsConfig(), 4)
+	p.SetSharingHealth(nil)
+	a := inNS(t, "team-a", newPod("a", ctr{name: "main", ids: slot(0, 0), memMiB: 20000}))
+	p.UpsertPod(a)
+	if _, err := allocateOne(p, slot(0, 0)); err != nil {
+		t.Fatalf("first tenant: %v", err)
+	}
+	p.UpsertPod(inNS(t, "team-a", newPod("a2", ctr{name: "main", ids: slot(0, 1), memMiB: 20000})))
+	if _, err := allocateOne(p, slot(0, 1)); err != nil {
+		t.Fatalf("same namespace: %v", err)
+	}
+	p.UpsertPod(inNS(t, "team-b", newPod("b", ctr{name: "main", ids: slot(1, 0), memMiB: 20000})))
+	_, err := allocateOne(p, slot(1, 0))
+	st, _ := status.FromError(err)
+	if err == nil || st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "cardinal: other-tenant:") ||
+		!strings.Contains(st.Message(), "team-b/b") || !strings.Contains(st.Message(), "namespace team-a") {
+		t.Fatalf("second tenant: err = %v, want other-tenant naming both", err)
+	}
+	p.UpsertPod(inNS(t, "team-b", newPod("whole", ctr{name: "main", ids: slot(2, 0)})))
+	if _, err := allocateOne(p, slot(2, 0)); err != nil {
+		t.Fatalf("whole-card container of another namespace: %v", err)
+	}
+	for _, name := range []string{"a", "a2"} {
+		pod := inNS(t, "team-a", newPod(name, ctr{name: "main", ids: slot(0, 0), memMiB: 20000}))
+		p.DeletePod(pod)
+	}
+	if _, err := allocateOne(p, slot(1, 0)); err != nil {
+		t.Fatalf("second tenant once the first is gone: %v", err)
+	}
+
+	h := sharingPlugin(t, hamiConfig(), 4)
+	h.SetSharingHealth(nil)
+	h.UpsertPod(inNS(t, "team-a", newPod("a", ctr{name: "main", ids: slot(0, 0), memMiB: 20000})))
+	h.UpsertPod(inNS(t, "team-b", newPod("b", ctr{name: "main", ids: slot(1, 0), memMiB: 20000})))
+	for _, ids := range [][]string{slot(0, 0), slot(1, 0)} {
+		if _, err := allocateOne(h, ids); err != nil {
+			t.Errorf("hami-core %v: %v", ids, err)
+		}
+	}
+}
+
+func TestMakeLockDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vgpulock")
+	for i := 0; i < 2; i++ { // created, then left as it is
+		if err := makeLockDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode()&os.ModePerm != 0o777 || st.Mode()&os.ModeSticky == 0 {
+			t.Errorf("lock folder mode %v, want 1777 (every user writes, none removes another's lock)", st.Mode())
+		}
 	}
 }

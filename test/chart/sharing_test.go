@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -37,7 +38,7 @@ func TestSharingModeNoneRendersNoDaemon(t *testing.T) {
 	if flags["sharing-mode"] != "none" {
 		t.Errorf("--sharing-mode=%q, want none", flags["sharing-mode"])
 	}
-	for _, f := range []string{"mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "sharing-check-interval"} {
+	for _, f := range []string{"mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir", "sharing-check-interval"} {
 		if _, ok := flags[f]; ok {
 			t.Errorf("mode none passes --%s", f)
 		}
@@ -77,15 +78,29 @@ func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
 		t.Errorf("the daemon runs on other nodes than the plugin (-plugin +daemon):\n%s", diff)
 	}
 	d := container(t, spec, "mps-control-daemon")
-	if !slices.Equal(d.Command, []string{"nvidia-cuda-mps-control", "-f"}) {
-		t.Errorf("daemon command %v", d.Command)
+	if !slices.Equal(d.Command, []string{"sh", "/opt/cardinal/mps-daemon.sh"}) {
+		t.Errorf("daemon command %v, want the chart's script", d.Command)
 	}
 	env := map[string]string{}
 	for _, e := range d.Env {
 		env[e.Name] = e.Value
 	}
-	if env["CUDA_MPS_PIPE_DIRECTORY"] != "/run/cardinal/mps/pipe" || env["NVIDIA_DRIVER_CAPABILITIES"] != "compute,utility" || env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+	if env["CUDA_MPS_PIPE_DIRECTORY"] != "/run/cardinal/mps/pipe" || env["NVIDIA_DRIVER_CAPABILITIES"] != "compute,utility" || env["NVIDIA_VISIBLE_DEVICES"] != "all" ||
+		env["CARDINAL_MPS_SHARES"] != "1" || env["CARDINAL_MPS_COMPUTE_MODE"] != "EXCLUSIVE_PROCESS" || env["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
 		t.Errorf("daemon env %v", env)
+	}
+	if d.SecurityContext == nil || d.SecurityContext.Privileged == nil || !*d.SecurityContext.Privileged {
+		t.Errorf("daemon not privileged (it sets the cards' compute mode): %+v", d.SecurityContext)
+	}
+	if probe := strings.Join(d.ReadinessProbe.Exec.Command, " "); !strings.Contains(probe, "/run/cardinal/mps/pipe/cardinal-ready") {
+		t.Errorf("daemon readiness %q does not require the script's ready file", probe)
+	}
+	script, err := os.ReadFile(mpsScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := get[*corev1.ConfigMap](t, r, mpsDaemonName).Data["mps-daemon.sh"]; got != string(script) {
+		t.Errorf("the ConfigMap's script differs from %s", mpsScript)
 	}
 	wantMounts := map[string]string{"/run/cardinal/mps/pipe": "/run/x/mps/pipe", "/run/cardinal/mps/log": "/run/x/mps/log", "/dev/shm": "/run/x/mps/shm"}
 	if diff := cmp.Diff(wantMounts, hostPaths(spec, d)); diff != "" {
@@ -106,6 +121,49 @@ func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
 	}
 }
 
+// The daemon gets every card whatever the device-list strategy: NVIDIA_VISIBLE_DEVICES=all in a
+// privileged container (honoured even where the toolkit refuses it from unprivileged ones), /dev/null
+// at /var/run/nvidia-container-devices/all under volume-mounts, and a CDI annotation for every card
+// under the CDI strategies. The shares and the compute mode reach its script.
+func TestMPSDaemonGetsItsCardsUnderEveryStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		strategies []string
+		volume     bool
+		cdi        string
+	}{
+		{[]string{"envvar"}, false, ""},
+		{[]string{"volume-mounts"}, true, ""},
+		{[]string{"cdi-annotations"}, false, "nvidia.com/gpu=all"},
+		{[]string{"cdi-cri"}, false, "nvidia.com/gpu=all"},
+		{[]string{"volume-mounts", "cdi-cri"}, true, "nvidia.com/gpu=all"},
+	} {
+		r := render(t, map[string]any{"devicePlugin": map[string]any{"shares": 4, "deviceListStrategy": tc.strategies,
+			"sharing": map[string]any{"mode": "mps", "mps": map[string]any{"computeMode": "DEFAULT"}}}})
+		ds := get[*appsv1.DaemonSet](t, r, mpsDaemonName)
+		spec := ds.Spec.Template.Spec
+		d := container(t, spec, "mps-control-daemon")
+		env := map[string]string{}
+		for _, e := range d.Env {
+			env[e.Name] = e.Value
+		}
+		if env["NVIDIA_VISIBLE_DEVICES"] != "all" || env["CARDINAL_MPS_SHARES"] != "4" || env["CARDINAL_MPS_COMPUTE_MODE"] != "DEFAULT" {
+			t.Errorf("%v: daemon env %v", tc.strategies, env)
+		}
+		if d.SecurityContext == nil || d.SecurityContext.Privileged == nil || !*d.SecurityContext.Privileged {
+			t.Errorf("%v: daemon not privileged", tc.strategies)
+		}
+		if got := hostPaths(spec, d)["/var/run/nvidia-container-devices/all"]; (got == "/dev/null") != tc.volume {
+			t.Errorf("%v: /var/run/nvidia-container-devices/all mounts %q, want /dev/null: %v", tc.strategies, got, tc.volume)
+		}
+		if got := ds.Spec.Template.Annotations["cdi.k8s.io/cardinal-mps-daemon"]; got != tc.cdi {
+			t.Errorf("%v: CDI annotation %q, want %q", tc.strategies, got, tc.cdi)
+		}
+	}
+	if msg := renderErr(t, map[string]any{"devicePlugin": map[string]any{"sharing": map[string]any{"mode": "mps", "mps": map[string]any{"computeMode": "PROHIBITED"}}}}); !strings.Contains(msg, "computeMode") {
+		t.Errorf("computeMode PROHIBITED: %s, want a schema error naming it", msg)
+	}
+}
+
 func TestSharingModeHAMiCoreRendersPluginFlags(t *testing.T) {
 	r := render(t, map[string]any{"devicePlugin": map[string]any{"sharing": map[string]any{"mode": "hami-core",
 		"hamiCore": map[string]any{"libraryPath": "/opt/hami/lib/libvgpu.so", "preloadDir": "/var/lib/x"}}}})
@@ -115,12 +173,12 @@ func TestSharingModeHAMiCoreRendersPluginFlags(t *testing.T) {
 	plugin := get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec
 	pc := container(t, plugin, "device-plugin")
 	flags := flagsOf(t, pc.Args)
-	for k, v := range map[string]string{"sharing-mode": "hami-core", "hami-core-library": "/opt/hami/lib/libvgpu.so", "hami-core-preload-dir": "/var/lib/x"} {
+	for k, v := range map[string]string{"sharing-mode": "hami-core", "hami-core-library": "/opt/hami/lib/libvgpu.so", "hami-core-preload-dir": "/var/lib/x", "hami-core-lock-dir": "/tmp/vgpulock"} {
 		if flags[k] != v {
 			t.Errorf("plugin --%s=%q, want %q", k, flags[k], v)
 		}
 	}
-	want := map[string]string{"/opt/hami/lib": "/opt/hami/lib", "/var/lib/x": "/var/lib/x"}
+	want := map[string]string{"/opt/hami/lib": "/opt/hami/lib", "/var/lib/x": "/var/lib/x", "/tmp/vgpulock": "/tmp/vgpulock"}
 	got := hostPaths(plugin, pc)
 	for k, v := range want {
 		if got[k] != v {

@@ -47,7 +47,7 @@ var agreedFlags = map[string][]string{
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",
 		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix",
-		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir"},
+		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir"},
 }
 
 var commonFlags = []string{"resource-gpu", "resource-gpumem", "resource-gpumem-percentage", "resource-gpucores", "v", "log-format"}

@@ -19,11 +19,15 @@ import (
 )
 
 // fakeMPSDaemon listens on <dir>/control as nvidia-cuda-mps-control does, accepting and closing
-// every connection: what the device plugin's health check asks of the daemon.
+// every connection, and then writes the ready file the chart's daemon script writes once a server
+// started with the limits of 4 shares: what the device plugin's health check asks of the daemon.
 func fakeMPSDaemon(t *testing.T, dir string) net.Listener {
 	t.Helper()
 	l, err := net.Listen("unix", filepath.Join(dir, "control"))
 	if err != nil {
+		t.Fatalf("fake MPS daemon: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cardinal-ready"), []byte("shares=4 computeMode=EXCLUSIVE_PROCESS activeThreadPercentage=25\n"), 0o644); err != nil {
 		t.Fatalf("fake MPS daemon: %v", err)
 	}
 	go func() {

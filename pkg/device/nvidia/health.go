@@ -90,8 +90,9 @@ type watched struct {
 // WatchHealth watches NVML critical XID events and probes every card until ctx ends, calling report
 // (from one goroutine) whenever a card turns unhealthy or recovers.
 //
-// A card turns unhealthy on a critical XID (not in IgnoredXids), on a failed probe, when its events
-// cannot be registered, or when it had a Fault at discovery. An XID's card is found by the device
+// A card turns unhealthy on a critical XID (not in IgnoredXids), on a failed probe (a card in MIG
+// mode, current or pending, fails it: it must not be served whole), when its events cannot be
+// registered, or when it had a Fault at discovery. An XID's card is found by the device
 // handle its events were registered with (a card off the bus cannot tell its UUID any more), else by
 // the UUID; only a critical XID whose handle is unknown and whose card NVML cannot name marks every
 // card unhealthy. Recovery: after a critical XID outside ResetXids, or a failed
@@ -357,9 +358,10 @@ func sameHandle(a, b nvml.Device) bool {
 	return va.Comparable() && vb.Comparable() && va.Equal(vb)
 }
 
-// probe asks NVML for the card's UUID, a live reading (temperature) and pending row remaps; a card
-// that fell off the bus fails it, and so does one with a row remap pending (it needs a reset; the
-// remap is done then). Queries a card does not support pass. lost reports that NVML says the card is
+// probe asks NVML for the card's UUID, a live reading (temperature), pending row remaps and the MIG
+// mode; a card that fell off the bus fails it, and so does one with a row remap pending (it needs a
+// reset; the remap is done then) and one whose MIG mode is enabled or pending (it must not be served
+// whole; it recovers once the mode is disabled and the card reset). Queries a card does not support pass. lost reports that NVML says the card is
 // gone (ERROR_GPU_IS_LOST, or no handle).
 func probe(lib Library, w *watched) (lost bool, err error) {
 	d := w.dev
@@ -389,6 +391,13 @@ func probe(lib Library, w *watched) (lost bool, err error) {
 		return false, errors.New("row remapping failed (the card needs a reset or replacement)")
 	case ret == nvml.SUCCESS && pending:
 		return false, errors.New("row remapping pending (the card needs a reset)")
+	}
+	mig, err := ReadMIGMode(d)
+	switch {
+	case err != nil:
+		return errors.Is(err, nvml.ERROR_GPU_IS_LOST), fmt.Errorf("MIG mode query failed: %w", err)
+	case mig.Enabled():
+		return false, errors.New(mig.Reason())
 	}
 	w.dev = d
 	return false, nil

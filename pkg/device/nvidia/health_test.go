@@ -393,3 +393,34 @@ func TestHealthXidOnUnknownHandleMarksEveryCard(t *testing.T) {
 	}
 	h.noEventFor(t, 10)
 }
+
+// A card whose MIG mode is turned on while the plugin runs (pending: it takes effect at the next
+// reset) turns unhealthy at the next probe, with the reason; once the mode is disabled again it
+// recovers. A card without MIG support (ERROR_NOT_SUPPORTED) stays healthy throughout.
+func TestHealthCardInMIGModeIsUnhealthyUntilDisabled(t *testing.T) {
+	cards := twoCards()
+	cards[0].MIG = &nvidia.MIGMode{} // supports MIG, disabled; GPU-b does not support MIG
+	h := startHealth(t, cards, nil)
+	h.noEventFor(t, 3)
+	h.srv.SetMIG("GPU-a", &nvidia.MIGMode{Pending: true})
+	got := h.next(t)
+	if got.UUID != "GPU-a" || got.Healthy || !strings.Contains(got.Reason, "MIG mode is enabled (current disabled, pending enabled)") {
+		t.Fatalf("event %+v, want GPU-a unhealthy for its pending MIG mode", got)
+	}
+	h.srv.SetMIG("GPU-a", &nvidia.MIGMode{})
+	if got := h.next(t); got.UUID != "GPU-a" || !got.Healthy {
+		t.Fatalf("event %+v, want GPU-a healthy once MIG mode is disabled", got)
+	}
+}
+
+// A card in MIG mode at start is reported unhealthy at once.
+func TestHealthCardInMIGModeAtStart(t *testing.T) {
+	cards := twoCards()
+	cards[1].MIG = &nvidia.MIGMode{Current: true, Pending: true}
+	h := startHealth(t, cards, nil)
+	got := h.next(t)
+	if got.UUID != "GPU-b" || got.Healthy || !strings.Contains(got.Reason, "MIG mode is enabled (current enabled, pending enabled)") {
+		t.Fatalf("event %+v, want GPU-b unhealthy for its MIG mode", got)
+	}
+	h.noEventFor(t, 5)
+}

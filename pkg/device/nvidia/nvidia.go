@@ -35,6 +35,53 @@ type Card struct {
 	// did report, so that the plugin can advertise it unhealthy and serve the other cards: one lost
 	// card must not take the whole node offline. A card whose UUID NVML cannot tell has UUID "".
 	Fault string
+	// MIG is the card's MIG mode; the zero value (disabled) for cards without MIG.
+	MIG MIGMode
+}
+
+// MIGMode is a card's MIG (Multi-Instance GPU) mode as NVML's GetMigMode reports it. A card whose
+// mode is enabled, now or after its next reset, is never served whole: CUDA sees no device on a
+// MIG-enabled card handed over whole, and Cardinal does not serve MIG instances yet.
+type MIGMode struct {
+	// Current is true when MIG mode is in force.
+	Current bool
+	// Pending is the mode the card takes at its next reset (NVML reports it equal to Current when
+	// no change is pending).
+	Pending bool
+}
+
+// Enabled reports whether MIG mode is enabled now or pending.
+func (m MIGMode) Enabled() bool { return m.Current || m.Pending }
+
+// Reason says why a card in MIG mode is not served whole, for logs, Events and the README; "" when
+// MIG mode is neither in force nor pending.
+func (m MIGMode) Reason() string {
+	if !m.Enabled() {
+		return ""
+	}
+	state := func(on bool) string {
+		if on {
+			return "enabled"
+		}
+		return "disabled"
+	}
+	return fmt.Sprintf("MIG mode is enabled (current %s, pending %s): a card in MIG mode is not served whole "+
+		"(CUDA sees no device on it) and Cardinal does not serve MIG instances yet; disable MIG mode "+
+		"(nvidia-smi -i <index> -mig 0) and reset the card to serve it whole", state(m.Current), state(m.Pending))
+}
+
+// ReadMIGMode asks NVML for the card's MIG mode. A card or driver without MIG (ERROR_NOT_SUPPORTED,
+// or a library without the call: ERROR_FUNCTION_NOT_FOUND) is not in MIG mode; any other failure is
+// an error (NVML's Return), since the card could then be in MIG mode.
+func ReadMIGMode(d nvml.Device) (MIGMode, error) {
+	cur, pending, ret := d.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+		return MIGMode{Current: cur == nvml.DEVICE_MIG_ENABLE, Pending: pending == nvml.DEVICE_MIG_ENABLE}, nil
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		return MIGMode{}, nil
+	}
+	return MIGMode{}, ret
 }
 
 // Library is the part of NVML discovery and health watching use. nvml.Interface (the real library
@@ -191,6 +238,11 @@ func describe(d nvml.Device, i int, numa NUMAFunc) (Card, error) {
 		}
 		c.NUMA = n
 	}
+	mig, err := ReadMIGMode(d)
+	if err != nil {
+		return c, fmt.Errorf("get MIG mode of %s: %w", c.UUID, err)
+	}
+	c.MIG = mig
 	return c, nil
 }
 

@@ -198,3 +198,44 @@ func TestDiscoverKeepsGoingPastBadCards(t *testing.T) {
 		}
 	}
 }
+
+// A card in MIG mode, now or after its next reset, must not be served whole: discovery asks NVML's
+// GetMigMode. DGX A100 mock, 8 cards: card 1 in MIG mode, card 3 with MIG mode pending (enabled at
+// the next reset), card 4 a card without MIG (ERROR_NOT_SUPPORTED: not in MIG mode, and sound), card
+// 6 whose mode NVML cannot tell (it could be in MIG mode: a fault).
+func TestDiscoverReadsMIGMode(t *testing.T) {
+	srv := dgxa100.New()
+	srv.Devices[1].(*dgxa100.Device).MigMode = nvml.DEVICE_MIG_ENABLE
+	srv.Devices[3].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) {
+		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+	}
+	srv.Devices[4].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+	srv.Devices[6].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
+	cards, err := nvidia.Discover(srv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		MIG     nvidia.MIGMode
+		Enabled bool
+		Fault   string
+	}
+	want := []got{
+		{}, {nvidia.MIGMode{Current: true, Pending: true}, true, ""}, {},
+		{nvidia.MIGMode{Pending: true}, true, ""}, {}, {},
+		{Fault: "get MIG mode of " + srv.Devices[6].(*dgxa100.Device).UUID + ": ERROR_UNKNOWN"}, {},
+	}
+	var have []got
+	for _, c := range cards {
+		have = append(have, got{c.MIG, c.MIG.Enabled(), c.Fault})
+	}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Errorf("MIG modes (-want +got):\n%s", diff)
+	}
+	if r := cards[3].MIG.Reason(); !strings.Contains(r, "MIG mode is enabled (current disabled, pending enabled)") {
+		t.Errorf("reason of a pending MIG mode: %q", r)
+	}
+	if r := cards[0].MIG.Reason(); r != "" {
+		t.Errorf("reason of a card not in MIG mode: %q, want none", r)
+	}
+}

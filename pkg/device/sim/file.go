@@ -28,7 +28,18 @@
 //     at the plugin's next start).
 //   - fault: row-remap-pending — GetRemappedRows reports a pending row remap (the card needs a reset).
 //
-// The plugin re-reads the file while it runs (Server.Watch): health and fault changes apply at once.
+// mig simulates a card that supports MIG (Multi-Instance GPU) and says its mode, as nvidia-smi's
+// "MIG Mode: Current / Pending" does:
+//
+//   - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, mig: {current: enabled}}
+//   - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, mig: {current: disabled, pending: enabled}}
+//
+// current and pending are enabled or disabled; pending omitted means no change is pending (the same
+// as current). A card without mig does not support MIG: GetMigMode answers ERROR_NOT_SUPPORTED, as
+// on a T4.
+//
+// The plugin re-reads the file while it runs (Server.Watch): health, fault and MIG mode changes apply
+// at once.
 package sim
 
 import (
@@ -42,6 +53,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
 )
 
 // Limits on a file, so a typo cannot ask the simulator for a million cards.
@@ -71,6 +83,49 @@ type Entry struct {
 	Healthy *bool `json:"healthy,omitempty"`
 	// Fault is one of Faults; empty means none.
 	Fault Fault `json:"fault,omitempty"`
+	// MIG says the cards support MIG and their mode; nil means they do not support MIG.
+	MIG *MIGEntry `json:"mig,omitempty"`
+}
+
+// MIGEntry is the simulated MIG mode of a card.
+type MIGEntry struct {
+	// Current is the mode in force: enabled or disabled.
+	Current MIGState `json:"current"`
+	// Pending is the mode after the card's next reset; empty means the same as Current.
+	Pending MIGState `json:"pending,omitempty"`
+}
+
+// MIGState is a simulated MIG mode.
+type MIGState string
+
+// MIG modes of the simulation file.
+const (
+	MIGEnabled  MIGState = "enabled"
+	MIGDisabled MIGState = "disabled"
+)
+
+// mode validates e and returns the MIG mode it stands for.
+func (e *MIGEntry) mode(where string) (*nvidia.MIGMode, error) {
+	on := func(field string, v MIGState) (bool, error) {
+		switch v {
+		case MIGEnabled:
+			return true, nil
+		case MIGDisabled:
+			return false, nil
+		}
+		return false, fmt.Errorf("%s: mig.%s %q is not %s or %s", where, field, v, MIGEnabled, MIGDisabled)
+	}
+	cur, err := on("current", e.Current)
+	if err != nil {
+		return nil, err
+	}
+	pending := cur
+	if e.Pending != "" {
+		if pending, err = on("pending", e.Pending); err != nil {
+			return nil, err
+		}
+	}
+	return &nvidia.MIGMode{Current: cur, Pending: pending}, nil
 }
 
 // Fault is a simulated NVML fault of a card (see the package documentation).
@@ -98,6 +153,8 @@ type Card struct {
 	Healthy bool
 	// Fault is "" (or FaultNone) for a sound card.
 	Fault Fault
+	// MIG is the card's MIG mode; nil for a card without MIG support.
+	MIG *nvidia.MIGMode
 }
 
 // Parse decodes and validates a simulation file. Unknown fields are errors (a misspelt key would
@@ -183,6 +240,14 @@ func (f *File) Cards(node string) ([]Card, error) {
 		if fault != "" && !slices.Contains(Faults, fault) {
 			return nil, fmt.Errorf("%s: fault %q is not one of %s", where, e.Fault, faultList())
 		}
+		var mig *nvidia.MIGMode
+		if e.MIG != nil {
+			m, err := e.MIG.mode(where)
+			if err != nil {
+				return nil, err
+			}
+			mig = m
+		}
 		for k := 0; k < count; k++ {
 			idx := len(cards)
 			u := e.UUID
@@ -193,13 +258,21 @@ func (f *File) Cards(node string) ([]Card, error) {
 				return nil, fmt.Errorf("%s: card %d has UUID %s, like card %d", where, idx, u, prev)
 			}
 			seen[u] = idx
-			cards = append(cards, Card{UUID: u, Index: idx, Model: strings.TrimSpace(e.Model), MemoryMiB: e.MemoryMiB, NUMA: numa, Healthy: healthy, Fault: fault})
+			cards = append(cards, Card{UUID: u, Index: idx, Model: strings.TrimSpace(e.Model), MemoryMiB: e.MemoryMiB, NUMA: numa, Healthy: healthy, Fault: fault, MIG: cloneMIG(mig)})
 		}
 	}
 	if len(cards) == 0 {
 		return nil, fmt.Errorf("simulation file: node %q has no cards", node)
 	}
 	return cards, nil
+}
+
+func cloneMIG(m *nvidia.MIGMode) *nvidia.MIGMode {
+	if m == nil {
+		return nil
+	}
+	c := *m
+	return &c
 }
 
 func faultList() string {

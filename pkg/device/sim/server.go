@@ -33,7 +33,9 @@ type device struct {
 	lost bool
 	// fault is the simulated fault ("" for none).
 	fault Fault
-	sets  []*eventSet
+	// mig is the MIG mode; nil when the card does not support MIG.
+	mig  *nvidia.MIGMode
+	sets []*eventSet
 }
 
 type eventSet struct {
@@ -49,7 +51,7 @@ var _ nvidia.Library = (*Server)(nil)
 func New(cards []Card) *Server {
 	s := &Server{}
 	for _, c := range cards {
-		d := &device{card: c, srv: s, lost: !c.Healthy, fault: c.Fault}
+		d := &device{card: c, srv: s, lost: !c.Healthy, fault: c.Fault, mig: cloneMIG(c.MIG)}
 		d.setFuncs()
 		s.devices = append(s.devices, d)
 	}
@@ -159,6 +161,30 @@ func (s *Server) SetFault(uuid string, f Fault) bool {
 		return true
 	}
 	return false
+}
+
+// SetMIG sets a card's MIG mode (nil: the card does not support MIG), as nvidia-smi -mig and a reset
+// would. It reports whether the card exists and its mode changed.
+func (s *Server) SetMIG(uuid string, m *nvidia.MIGMode) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.devices {
+		if d.card.UUID != uuid {
+			continue
+		}
+		if (d.mig == nil) == (m == nil) && (m == nil || *d.mig == *m) {
+			return false
+		}
+		d.mig = cloneMIG(m)
+		return true
+	}
+	return false
+}
+
+func (d *device) migMode() *nvidia.MIGMode {
+	d.srv.mu.Lock()
+	defer d.srv.mu.Unlock()
+	return cloneMIG(d.mig)
 }
 
 // raiseLocked sends a critical XID on every event set the card is registered with (s.mu held).
@@ -271,6 +297,22 @@ func (d *device) setFuncs() {
 			return 0, 1, true, false, nvml.SUCCESS
 		}
 		return 0, 0, false, false, nvml.SUCCESS
+	}
+	d.GetMigModeFunc = func() (int, int, nvml.Return) {
+		if gone() {
+			return 0, 0, nvml.ERROR_GPU_IS_LOST
+		}
+		m := d.migMode()
+		if m == nil {
+			return 0, 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		mode := func(on bool) int {
+			if on {
+				return nvml.DEVICE_MIG_ENABLE
+			}
+			return nvml.DEVICE_MIG_DISABLE
+		}
+		return mode(m.Current), mode(m.Pending), nvml.SUCCESS
 	}
 	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
 		if gone() {

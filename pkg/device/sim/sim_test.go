@@ -173,6 +173,7 @@ func FuzzParse(f *testing.F) {
 		`nodes: {node1: [{model: T4, memoryMiB: 1, count: 3, numa: 1, healthy: false}]}`,
 		`nodes: {node1: [{model: T4, memoryMiB: 1, uuid: "GPU-1"}], node2: [{model: A, memoryMiB: 2, count: 2}]}`,
 		`{"nodes": {"n": [{"model": "x", "memoryMiB": 9e99}]}}`,
+		`nodes: {node1: [{model: A100, memoryMiB: 1, mig: {current: disabled, pending: enabled}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -353,4 +354,92 @@ func watched(t *testing.T, path string) *sim.Server {
 		}
 	})
 	return srv
+}
+
+func TestMIGField(t *testing.T) {
+	f, err := sim.Parse([]byte(`nodes: {node1: [
+  {model: T4, memoryMiB: 15360},
+  {model: A100, memoryMiB: 81920, mig: {current: disabled}},
+  {model: A100, memoryMiB: 81920, mig: {current: enabled}},
+  {model: A100, memoryMiB: 81920, mig: {current: disabled, pending: enabled}},
+  {model: A100, memoryMiB: 81920, mig: {current: enabled, pending: disabled}, count: 2}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, _ := f.Cards("node1")
+	srv := sim.New(cards)
+	type mode struct {
+		Cur, Pending int
+		Ret          nvml.Return
+	}
+	var got []mode
+	for i := range cards {
+		d, _ := srv.DeviceGetHandleByIndex(i)
+		c, p, ret := d.GetMigMode()
+		got = append(got, mode{c, p, ret})
+	}
+	want := []mode{
+		{0, 0, nvml.ERROR_NOT_SUPPORTED}, // no mig: a card without MIG
+		{nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS},
+		{nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS}, // pending omitted: as current
+		{nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS},
+		{nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS},
+		{nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GetMigMode (-want +got):\n%s", diff)
+	}
+	found, err := nvidia.Discover(srv, srv.NUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enabled []bool
+	for _, c := range found {
+		enabled = append(enabled, c.MIG.Enabled())
+	}
+	if diff := cmp.Diff([]bool{false, false, true, true, true, true}, enabled); diff != "" {
+		t.Errorf("discovered MIG mode enabled (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{`{current: active}`, `nodes.node1[0]: mig.current "active" is not enabled or disabled`},
+		{`{current: enabled, pending: soon}`, `nodes.node1[0]: mig.pending "soon" is not enabled or disabled`},
+		{`{}`, `mig.current "" is not enabled or disabled`},
+		{`{current: enabled, pendng: enabled}`, `unknown field`},
+	} {
+		_, err := sim.Parse([]byte(`nodes: {node1: [{model: A100, memoryMiB: 1, mig: ` + tc.in + `}]}`))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("mig %s: err = %v, want one containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestWatchAppliesMIGMode(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gpus.yaml")
+	write := func(mig string) {
+		t.Helper()
+		replaceFile(t, path, "nodes:\n  node1:\n    - {model: A100, memoryMiB: 81920, uuid: GPU-x"+mig+"}\n")
+	}
+	write("")
+	srv := watched(t, path)
+	waitMode := func(cur, pending int, want nvml.Return) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			d, _ := srv.DeviceGetHandleByIndex(0)
+			c, p, ret := d.GetMigMode()
+			if c == cur && p == pending && ret == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("MIG mode is %d/%d (%v), want %d/%d (%v)", c, p, ret, cur, pending, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitMode(0, 0, nvml.ERROR_NOT_SUPPORTED)
+	write(", mig: {current: disabled, pending: enabled}")
+	waitMode(nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS)
+	write(", mig: {current: disabled}")
+	waitMode(nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS)
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
 )
 
 // Load reads and parses a simulation file and returns the cards of node.
@@ -26,8 +28,8 @@ func Load(path, node string) ([]Card, error) {
 
 // Watch follows the simulation file at path until ctx ends and applies health changes of node's
 // cards to s, as if NVML reported them: a card turning `healthy: false` raises a critical XID, one
-// turning healthy again passes the next probe; `fault` changes apply at once (fault: lost raises
-// XID 79 and fails every call for the card). Other changes (cards added, removed, re-described)
+// turning healthy again passes the next probe; `fault` and `mig` changes apply at once (fault: lost
+// raises XID 79 and fails every call for the card). Other changes (cards added, removed, re-described)
 // need a restart and are only logged. A file that does not parse is logged and ignored; the last good
 // state stays.
 func (s *Server) Watch(ctx context.Context, path, node string, log logr.Logger) error {
@@ -100,5 +102,15 @@ func (s *Server) apply(cards []Card, log logr.Logger) {
 		if s.SetFault(c.UUID, c.Fault) {
 			log.Info("simulated card fault changed", "gpu", c.UUID, "fault", string(c.Fault))
 		}
+		if s.SetMIG(c.UUID, c.MIG) {
+			log.Info("simulated card MIG mode changed", "gpu", c.UUID, "mig", migText(c.MIG))
+		}
 	}
+}
+
+func migText(m *nvidia.MIGMode) string {
+	if m == nil {
+		return "not supported"
+	}
+	return fmt.Sprintf("current %t, pending %t", m.Current, m.Pending)
 }
