@@ -370,7 +370,8 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 // Mode mps serves shared containers of one namespace at a time: one daemon's /dev/shm and control
 // pipe would otherwise be shared between tenants. Another namespace's shared container is refused
 // while the first namespace's shared pod lives; whole-card containers of any namespace, and shared
-// ones of the same namespace, are served; once the first tenant's pod is gone the other is served.
+// ones of the same namespace, are served; once the first tenant's pods are gone the other's next pod is
+// served.
 // hami-core keeps no shared daemon state between containers and is not restricted.
 func TestMPSServesSharedContainersOfOneNamespaceAtATime(t *testing.T) {
 	inNS := func(t *testing.T, ns string, b *podBuilder) *corev1.Pod {
@@ -405,6 +406,9 @@ func TestMPSServesSharedContainersOfOneNamespaceAtATime(t *testing.T) {
 		pod := inNS(t, "team-a", newPod(name, ctr{name: "main", ids: slot(0, 0), memMiB: 20000}))
 		p.DeletePod(pod)
 	}
+	// The kubelet failed b's admission for good; its controller makes a new pod.
+	p.DeletePod(inNS(t, "team-b", newPod("b", ctr{name: "main", ids: slot(1, 0), memMiB: 20000})))
+	p.UpsertPod(inNS(t, "team-b", newPod("b2", ctr{name: "main", ids: slot(1, 0), memMiB: 20000})))
 	if _, err := allocateOne(p, slot(1, 0)); err != nil {
 		t.Fatalf("second tenant once the first is gone: %v", err)
 	}
