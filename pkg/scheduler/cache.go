@@ -70,6 +70,8 @@ type podRecord struct {
 	asg *annotations.Assignment
 	// since is when the reservation was made or last confirmed by a bind (reserved records only).
 	since time.Time
+	// tenant is the pod's namespace when it shares cards (tenants.go), else "".
+	tenant string
 	// unsettled is true once a Binding of this reservation had an unknown outcome: it may still
 	// commit, so only proof that no earlier write can land frees the reservation
 	// (reservations_freed_by_proof.go), never a later attempt's refusal.
@@ -89,6 +91,8 @@ type nodeEntry struct {
 	pods   map[types.UID]*podRecord
 	// gen changes whenever state changes, so memoised scores can be checked.
 	gen uint64
+	// tenants counts the node's pods that share cards, by namespace (tenants.go).
+	tenants map[string]int
 	// inFlight counts the in-flight containers of pods on the node.
 	inFlight int
 	// flightSame is true when every in-flight container on the node is managed, has a selector
@@ -328,6 +332,7 @@ func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
 	if old != nil {
 		if n := c.nodes[old.node]; n != nil {
 			c.unapply(n, old)
+			countTenant(n, old, -1)
 			n.inFlight -= len(old.inFlight)
 			delete(n.pods, uid)
 			if len(old.inFlight) > 0 {
@@ -350,6 +355,7 @@ func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
 		}
 		c.pods[uid] = rec
 		c.apply(n, rec)
+		countTenant(n, rec, 1)
 		c.bump(n)
 	}
 }
@@ -429,6 +435,7 @@ func (c *Cache) recordOf(pod *corev1.Pod) *podRecord {
 	rec := &podRecord{uid: pod.UID, key: pod.Namespace + "/" + pod.Name, node: node}
 	req, _ := annotations.ParsePodRequest(pod, c.names)
 	sel, _ := annotations.ParseSelector(pod.Annotations)
+	rec.tenant = tenantOf(rec.key, &req)
 	allocated := map[string][]string{}
 	if alloc != nil {
 		for _, ca := range alloc.Containers {
@@ -677,6 +684,9 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 				}
 			}
 			if v.Reason == nil {
+				v.Reason = otherTenant(n, p)
+			}
+			if v.Reason == nil {
 				if r := c.waits(n, p, cards, uid); r != nil {
 					v.Reason, waiting = r, true // dropped below when no node is free
 				} else {
@@ -778,11 +788,14 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 	if r != nil {
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}
+	if r := otherTenant(n, p); r != nil {
+		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
+	}
 	if r := c.waits(n, p, planCards(nil, plan), uid); r != nil {
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrInFlight)
 	}
 	a := plan.Assignment(n.state)
-	rec := &podRecord{uid: uid, key: key, node: node, reserved: true, asg: &a, since: c.clock.Now()}
+	rec := &podRecord{uid: uid, key: key, node: node, reserved: true, asg: &a, since: c.clock.Now(), tenant: tenantOf(key, &p.Request)}
 	for _, ca := range a.Containers {
 		for _, d := range ca.Devices {
 			rec.uses = append(rec.uses, use{id: d.ID, memMiB: d.MemoryMiB, cores: d.Cores})

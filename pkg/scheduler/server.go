@@ -259,7 +259,11 @@ func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.decider.PrepareHost(req, sel, podHost(pod))
+	p, err := s.decider.PrepareHost(req, sel, podHost(pod))
+	if p != nil {
+		p.Tenant = pod.Namespace
+	}
+	return p, err
 }
 
 func argNames(args *extenderv1.ExtenderArgs) []string {

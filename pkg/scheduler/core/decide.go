@@ -49,6 +49,9 @@ type Pod struct {
 	// known CPU or memory cannot hold it; Plan.Host carries it so that Apply accounts it; the
 	// fragmentation-aware policy weighs the node's CPU and memory after it. Set by PrepareHost.
 	Host HostRequest
+	// Tenant is the pod's namespace: a node in sharing mode mps serves shared containers of one
+	// namespace at a time (the extender's cache applies that rule; the core does not read it).
+	Tenant string
 
 	nodeScore NodeScoreFunc
 	card      CardStrategy
@@ -875,3 +878,6 @@ func (p *Pod) sharingRefusal(n *NodeState) *Reason {
 	}
 	return nil
 }
+
+// SharedContainer names the pod's first container that shares cards ("" when none does).
+func (p *Pod) SharedContainer() string { return p.shared }

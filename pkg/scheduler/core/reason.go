@@ -54,6 +54,9 @@ const (
 	// ReasonSharingNotReady: a container shares cards and the node's sharing mode (Detail: mps,
 	// hami-core) cannot enforce limits now (its MPS daemon does not answer, its library is missing).
 	ReasonSharingNotReady
+	// ReasonOtherTenant: a container shares cards, the node's sharing mode is mps, and shared pods of
+	// another namespace (Detail) use the node's one MPS daemon: one namespace at a time.
+	ReasonOtherTenant
 	// ReasonInternal: deciding the pod on this node panicked (Detail: the panic's value); the
 	// extender logged it with its stack and failed this node only.
 	ReasonInternal
@@ -187,6 +190,8 @@ func (r *Reason) String() string {
 		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
 	case ReasonSharingNotReady:
 		fmt.Fprintf(&b, "shares a card, but the node's %s sharing cannot enforce limits now (not ready)", r.Detail)
+	case ReasonOtherTenant:
+		fmt.Fprintf(&b, "shares a card, but the node's MPS daemon serves shared pods of namespace %s (mps: one namespace at a time)", r.Detail)
 	case ReasonInternal:
 		fmt.Fprintf(&b, "the GPU scheduler failed deciding this node (internal error, logged): %s", r.Detail)
 	default:
