@@ -34,6 +34,7 @@ func main() {
 	fs.StringVar(&cfg.DevicePluginDir, "device-plugin-dir", cfg.DevicePluginDir, "the kubelet's device-plugin folder (holds kubelet.sock; the plugin's socket goes there too)")
 	fs.StringVar(&cfg.PodResourcesSocket, "pod-resources-socket", cfg.PodResourcesSocket, "the kubelet's PodResources API socket, the truth about which container holds which device")
 	fs.StringVar(&cfg.Simulate, "simulate", cfg.Simulate, "path of a simulated-NVML YAML file (see README); empty uses the real NVML (libnvidia-ml, loaded at run time)")
+	fs.StringVar(&cfg.SchedulerName, "scheduler-name", cfg.SchedulerName, "Cardinal's kube-scheduler profile: a pod naming it that carries no cardinal.io/gpu-assignment was bound by someone else and is never served")
 	fs.IntVar(&cfg.Shares, "shares", cfg.Shares, "pods that may share one card: 1 advertises one device per card (its UUID); N>1 advertises N slot devices <UUID>::<k> per card")
 	fs.BoolVar(&cfg.Topology, "topology", cfg.Topology, "report each device's NUMA node to the kubelet (TopologyInfo), so its TopologyManager can align CPUs with the cards")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of /healthz, /readyz and /metrics; empty disables them")

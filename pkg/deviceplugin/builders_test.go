@@ -22,6 +22,10 @@ import (
 
 const testNode = "node-a"
 
+// testScheduler is the scheduler profile the test plugins know as Cardinal's; pods the builders
+// give an assignment name it, as pods Cardinal binds do.
+const testScheduler = "cardinal-scheduler"
+
 // uuidOf is the UUID of test card i.
 func uuidOf(i int) string { return fmt.Sprintf("GPU-%02d", i) }
 
@@ -51,7 +55,7 @@ func testPlugin(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 // time only (the builders' pods all have none, so their order is not certain).
 func testPluginListing(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 	t.Helper()
-	return newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: cards, Shares: shares, Topology: true,
+	return newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), SchedulerName: testScheduler, Cards: cards, Shares: shares, Topology: true,
 		Log: logr.Discard(), CacheWait: 20 * time.Millisecond})
 }
 
@@ -92,6 +96,14 @@ func newPod(name string, cs ...ctr) *podBuilder {
 }
 
 func (b *podBuilder) unmanaged() *podBuilder { b.assign = false; return b }
+
+// boundByOther makes a pod that names Cardinal's scheduler but was bound without an assignment (a
+// Binding someone else posted).
+func (b *podBuilder) boundByOther() *podBuilder {
+	b.assign = false
+	b.pod.Spec.SchedulerName = testScheduler
+	return b
+}
 
 // createdWith gives b the creation time of o (to the second, as the API server stamps it).
 func (b *podBuilder) createdWith(o *podBuilder) *podBuilder {
@@ -160,6 +172,7 @@ func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
 	case b.raw != nil:
 		b.pod.Annotations[annotations.GPUAssignment] = *b.raw
 	case b.assign:
+		b.pod.Spec.SchedulerName = testScheduler
 		v, err := annotations.EncodeAssignment(a)
 		if err != nil {
 			t.Fatal(err)

@@ -96,3 +96,19 @@ func TestSiblingsKeepTheirOwnLimits(t *testing.T) {
 		}
 	}
 }
+
+// A pod that names Cardinal's scheduler but was bound without an assignment (someone else posted
+// its Binding) is never served, and never served as a pod Cardinal did not schedule: the same pod
+// bound by another scheduler's name is.
+func TestPodBoundAroundCardinalIsNeverServed(t *testing.T) {
+	p := testPlugin(t, testCards(2, nil), 1)
+	p.UpsertPod(newPod("forged", ctr{name: "main", count: 1}).boundByOther().obj(t))
+	_, err := allocateOne(p, []string{uuidOf(0)})
+	wantRefusal(t, err, ReasonUnusable, "default/forged", `names Cardinal's scheduler "cardinal-scheduler" but carries no cardinal.io/gpu-assignment`)
+
+	q := testPlugin(t, testCards(2, nil), 1)
+	q.UpsertPod(newPod("other", ctr{name: "main", count: 1}).unmanaged().obj(t))
+	if _, err := allocateOne(q, []string{uuidOf(0)}); err != nil {
+		t.Fatalf("a pod of another scheduler: %v", err)
+	}
+}

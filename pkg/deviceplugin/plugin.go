@@ -30,6 +30,8 @@ type Plugin struct {
 	node     string
 	names    annotations.ResourceNames
 	topology bool
+	// schedulerName is Cardinal's scheduler profile (Config.SchedulerName; "": no such rule).
+	schedulerName string
 	// deviceList is how Allocate names the cards to the container runtime.
 	deviceList DeviceListConfig
 	// sharing is how shared containers' limits are enforced on this node (sharing.go).
@@ -75,11 +77,12 @@ type Plugin struct {
 var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
 
 type pluginOptions struct {
-	Node     string
-	Names    annotations.ResourceNames
-	Cards    []nvidia.Card
-	Shares   int
-	Topology bool
+	Node          string
+	Names         annotations.ResourceNames
+	SchedulerName string
+	Cards         []nvidia.Card
+	Shares        int
+	Topology      bool
 	// DeviceList: see Plugin.deviceList; empty fields take DefaultDeviceListConfig's.
 	DeviceList DeviceListConfig
 	// Sharing: see Plugin.sharing; the zero value is mode none. An enforced mode starts not ready
@@ -97,7 +100,7 @@ const DefaultCacheWait = 5 * time.Second
 
 func newPlugin(o pluginOptions) *Plugin {
 	p := &Plugin{
-		node: o.Node, names: o.Names, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), sharing: o.Sharing.withDefaults(),
+		node: o.Node, names: o.Names, schedulerName: o.SchedulerName, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), sharing: o.Sharing.withDefaults(),
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		table: newDeviceTable(o.Cards, o.Shares),
@@ -127,7 +130,7 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 		p.DeletePod(pod)
 		return
 	}
-	e := newPodEntry(pod, p.node, p.names)
+	e := newPodEntry(pod, p.node, p.names, p.schedulerName)
 	p.mu.Lock()
 	if old, ok := p.pods[pod.UID]; ok {
 		e.seq, e.listed = old.seq, old.listed

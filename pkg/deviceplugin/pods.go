@@ -62,7 +62,12 @@ func (e *podEntry) key() string { return e.Namespace + "/" + e.Name }
 
 // newPodEntry decodes a pod. Decoding errors are kept, not returned: a malformed annotation must
 // make Allocate fail with a message naming it, not make the pod invisible.
-func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) *podEntry {
+//
+// A pod that names Cardinal's scheduler (schedulerName) but carries no assignment was bound by someone
+// other than Cardinal's extender (a Binding the admission guards did not stop: a webhook outage, an
+// exempted user): it is treated as carrying an unusable assignment, so it is never served, and never
+// served as a pod Cardinal did not schedule (whole cards, no limits, no selectors).
+func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, schedulerName string) *podEntry {
 	e := &podEntry{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
 		Pending: pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "",
@@ -92,6 +97,11 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames) 
 				e.assignedIDs[a.Containers[i].Name] = a.Containers[i].IDs()
 			}
 		}
+	}
+	if !e.HasAssignment && schedulerName != "" && pod.Spec.SchedulerName == schedulerName {
+		e.HasAssignment = true
+		e.AssignmentErr = fmt.Errorf("the pod names Cardinal's scheduler %q but carries no %s: it was bound by someone other than Cardinal's extender",
+			schedulerName, annotations.GPUAssignment)
 	}
 	if v, ok := pod.Annotations[annotations.GPUAllocated]; ok {
 		rec, err := annotations.DecodeAllocation(v)

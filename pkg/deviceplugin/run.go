@@ -66,6 +66,9 @@ type Config struct {
 	Listen string
 	// Names are the managed resource names; the plugin registers Names.GPU.
 	Names annotations.ResourceNames
+	// SchedulerName is the kube-scheduler profile that runs Cardinal's extender: a pod naming it
+	// that carries no assignment was bound by someone else and is never served.
+	SchedulerName string
 	// DeviceList is how Allocate names a container's cards to the container runtime (devicelist.go).
 	DeviceList DeviceListConfig
 	// Sharing is how shared containers' limits are enforced on the node (sharing.go).
@@ -106,6 +109,7 @@ func DefaultConfig() Config {
 		Topology:               true,
 		Listen:                 ":9400",
 		Names:                  annotations.DefaultResourceNames(),
+		SchedulerName:          "cardinal-scheduler",
 		DeviceList:             DefaultDeviceListConfig(),
 		Sharing:                DefaultSharingConfig(),
 		SysfsRoot:              "/sys",
@@ -216,7 +220,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	m := newMetrics()
-	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, Cards: cards, Shares: cfg.Shares, Topology: cfg.Topology,
+	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Shares: cfg.Shares, Topology: cfg.Topology,
 		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, Log: log.WithName("plugin"), Metrics: m})
 	if cfg.Sharing.Mode == annotations.SharingHAMiCore {
 		if err := writePreload(cfg.Sharing.HAMiCorePreloadDir); err != nil {

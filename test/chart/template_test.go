@@ -44,7 +44,7 @@ var agreedFlags = map[string][]string{
 		"require-enforced-sharing", "filter-shortlist"},
 	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces",
 		"cert-secret", "cert-namespace", "webhook-configuration", "cert-hosts", "cert-lifetime", "ca-lifetime", "cert-check-interval"},
-	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "shares", "topology", "listen",
+	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "scheduler-name", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",
 		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix",
 		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir"},
