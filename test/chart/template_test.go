@@ -528,7 +528,7 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 		c := container(t, spec, "device-plugin")
 		flags := flagsOf(t, c.Args)
 		want := map[string]string{"node-name": "$(NODE_NAME)", "device-plugin-dir": "/var/lib/kubelet/device-plugins",
-			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "shares": "1", "topology": "true", "listen": ":9400",
+			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "scheduler-name": "cardinal-scheduler", "shares": "1", "topology": "true", "listen": ":9400",
 			"health-ignored-xids": "13,31,43,45,68,109", "health-reset-xids": "48,63,64,74,79,94,95,119,120",
 			"device-list-strategy": "envvar", "sharing-mode": "none"}
 		if diff := cmp.Diff(want, flags, cmpopts.IgnoreMapEntries(func(k, _ string) bool { return slices.Contains(commonFlags, k) })); diff != "" {
