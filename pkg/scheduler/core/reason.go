@@ -54,6 +54,11 @@ const (
 	// ReasonSharingNotReady: a container shares cards and the node's sharing mode (Detail: mps,
 	// hami-core) cannot enforce limits now (its MPS daemon does not answer, its library is missing).
 	ReasonSharingNotReady
+	// ReasonKubeletCPUs: the pod takes exclusive CPUs and the node's kubelet counts them per NUMA
+	// node, but the extender cannot know its counts now (Detail: the pod whose CPUs the kubelet has
+	// not reported yet, or may be freeing); the pod waits, like ReasonInFlight, rather than guess
+	// the NUMA node the kubelet picks.
+	ReasonKubeletCPUs
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -168,6 +173,8 @@ func (r *Reason) String() string {
 		b.WriteString("the init containers' cards, which the kubelet hands on, cannot hold it")
 	case ReasonInFlight:
 		fmt.Fprintf(&b, "waits until %s is allocated (in flight with %s, not interchangeable)", r.Detail, cards(r.Need))
+	case ReasonKubeletCPUs:
+		fmt.Fprintf(&b, "waits until the kubelet's exclusive CPUs per NUMA node are known: %s", r.Detail)
 	case ReasonHost:
 		b.WriteString(r.hostText())
 	case ReasonBindPending:
