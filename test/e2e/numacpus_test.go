@@ -26,7 +26,7 @@ import (
 //   - deletes: the same burst right after deleting the first one's pods (the kubelet frees their
 //     CPUs at its next admission or reconcile, the inventory a moment later);
 //   - init containers: a pod whose init container takes 1 card + 6 CPUs and app container 1 card
-//     + 2 CPUs holds 6 CPUs on NUMA 0 for its life (PodResources lists 2); a pod of 1 card + 4 CPUs
+//   - 2 CPUs holds 6 CPUs on NUMA 0 for its life (PodResources lists 2); a pod of 1 card + 4 CPUs
 //     created at once after it must go to NUMA 1.
 func TestTopologyBursts(t *testing.T) {
 	started := time.Now()
