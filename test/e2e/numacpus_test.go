@@ -25,8 +25,8 @@ import (
 //   - burst: 6 pods of 1 card + 3 CPUs: room for 2 on each NUMA node: 4 Running, 2 Pending;
 //   - deletes: the same burst right after deleting the first one's pods (the kubelet frees their
 //     CPUs at its next admission or reconcile, the inventory a moment later);
-//   - init containers: a pod whose init container takes 1 card + 6 CPUs and app container 1 card
-//   - 2 CPUs holds 6 CPUs on NUMA 0 for its life (PodResources lists 2); a pod of 1 card + 4 CPUs
+//   - init containers: a pod whose init container takes 1 card and 6 CPUs and app container 1
+//     card and 2 CPUs holds 6 CPUs on NUMA 0 for its life (PodResources lists 2); a pod of 1 card + 4 CPUs
 //     created at once after it must go to NUMA 1.
 func TestTopologyBursts(t *testing.T) {
 	started := time.Now()
