@@ -77,6 +77,7 @@ func parseCPUCheckpoint(data []byte) (map[string]cpuset.CPUSet, error) {
 		return nil, fmt.Errorf("defaultCpuSet: %q: %w", cp.DefaultCPUSet, err)
 	}
 	pods := make(map[string]cpuset.CPUSet, len(cp.Entries))
+	total := 0
 	for uid, raw := range cp.Entries {
 		if uid == "" || len(uid) > maxPodUIDLen {
 			return nil, fmt.Errorf("entries: pod UID %q is empty or longer than %d characters", uid, maxPodUIDLen)
@@ -89,20 +90,29 @@ func parseCPUCheckpoint(data []byte) (map[string]cpuset.CPUSet, error) {
 			}
 			return nil, fmt.Errorf("entries[%q]: not a map of container name to CPU list: %w", uid, err)
 		}
-		set := cpuset.New()
+		var ids []int
 		for name, list := range containers {
 			cpus, err := parseCPUList(list)
 			if err != nil {
 				return nil, fmt.Errorf("entries[%q][%q]: %q: %w", uid, name, list, err)
 			}
-			set = set.Union(cpus)
+			if total += cpus.Size(); total > maxCheckpointCPUs {
+				return nil, fmt.Errorf("entries: more than %d CPUs in all", maxCheckpointCPUs)
+			}
+			ids = append(ids, cpus.List()...)
 		}
+		set := cpuset.New(ids...)
 		if set.Size() > 0 {
 			pods[uid] = set
 		}
 	}
 	return pods, nil
 }
+
+// maxCheckpointCPUs bounds the CPU IDs of all the checkpoint's lists together (every container of
+// a node of 8192 CPUs holding them all, several times over), so that a corrupt file cannot take the
+// plugin's time or memory.
+const maxCheckpointCPUs = 1 << 17
 
 // maxPodUIDLen bounds a pod UID (the API server's are 36 characters; the inventory refuses longer
 // than 128).
@@ -117,16 +127,26 @@ func podCPUs(pods map[string]cpuset.CPUSet, nodes []numaNode, reserved cpuset.CP
 		uids = append(uids, uid)
 	}
 	slices.Sort(uids)
+	numaOf := map[int]int{}
+	for i, n := range nodes {
+		for _, cpu := range n.CPUs.UnsortedList() {
+			numaOf[cpu] = i
+		}
+	}
+	claimed := map[int]bool{}
+	for _, cpu := range reserved.UnsortedList() {
+		claimed[cpu] = true
+	}
 	out := []annotations.PodCPUs{}
-	claimed := reserved
 	for _, uid := range uids {
-		set := pods[uid].Difference(claimed)
-		claimed = claimed.Union(set)
 		p := annotations.PodCPUs{UID: uid, CPUs: make([]int, len(nodes))}
 		total := 0
-		for i, n := range nodes {
-			p.CPUs[i] = n.CPUs.Intersection(set).Size()
-			total += p.CPUs[i]
+		for _, cpu := range pods[uid].UnsortedList() {
+			if i, ok := numaOf[cpu]; ok && !claimed[cpu] {
+				claimed[cpu] = true
+				p.CPUs[i]++
+				total++
+			}
 		}
 		if total > 0 {
 			out = append(out, p)
