@@ -339,7 +339,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	var served []outcome
 	holders := p.lockWhenVisible(ctx, func(hs []holder) bool {
 		for _, c := range req.ContainerRequests {
-			if !visible(hs, len(c.DevicesIds), c.DevicesIds) {
+			if !visible(hs, len(c.DevicesIds), c.DevicesIds) || unresolved(p.table, hs, c.DevicesIds) {
 				return false
 			}
 		}
@@ -429,6 +429,15 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, ready func([]holder) bool)
 		p.mu.Lock()
 		return p.holdersLocked()
 	}
+}
+
+// unresolved reports whether ids match no assignment and no single owner while the cache may lag:
+// in a burst the kubelet can admit a pod whose binding the plugin's informer has not shown yet, and
+// other in-flight containers of the same size are then visible; Allocate waits (up to cacheWait)
+// for the informer rather than refuse the pod as ambiguous or unowned.
+func unresolved(t *deviceTable, hs []holder, ids []string) bool {
+	_, err := resolve(t, hs, ids)
+	return err != nil && (err.Reason == ReasonAmbiguous || err.Reason == ReasonNoOwner)
 }
 
 // visible reports whether the cache shows a container in flight that asks for size devices, or one
