@@ -874,7 +874,7 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 	if n.inFlight == 0 {
 		return nil
 	}
-	if n.flightSame && !p.Selector.HasCardConstraint() && !n.state.ModelsKubelet() {
+	if n.flightSame && !p.Selector.HasCardConstraint() {
 		same := true
 		for ci := range p.Request.Containers {
 			r := &p.Request.Containers[ci]
@@ -925,7 +925,7 @@ func summariseFlight(n *nodeEntry) {
 // container f ask for the same thing and each one's selector accepts the other's cards (a
 // selector without card rules accepts any).
 func interchangeable(s *core.NodeState, p *core.Pod, r *annotations.ContainerRequest, devs []int, f *inFlight) bool {
-	if f.unmanaged || !r.Interchangeable(&f.req) || !sameNUMA(s, devs, f.cards) {
+	if f.unmanaged || !r.Interchangeable(&f.req) {
 		return false
 	}
 	if p.Selector.HasCardConstraint() {

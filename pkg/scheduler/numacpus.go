@@ -293,28 +293,3 @@ func (c *Cache) NodeExclusiveCPUs(name string) []int {
 	}
 	return nil
 }
-
-// sameNUMA reports whether a container placed on cards devs and an in-flight container on cards
-// (UUIDs) are on the same NUMA nodes, or the node's kubelet runs no TopologyManager model. The
-// kubelet admits pods bound within one sync by creation time, not bind time; two identical
-// containers assigned cards on different NUMA nodes (the second one's NUMA node predicted with the
-// first one's cards and CPUs charged) then get each other's NUMA node when admitted the other way
-// round, and the device plugin is handed cards no assignment names. On one NUMA node either order
-// gives each the NUMA node predicted, so only those stay interchangeable.
-func sameNUMA(s *core.NodeState, devs []int, cards []string) bool {
-	if !s.ModelsKubelet() {
-		return true
-	}
-	var a, b uint64
-	for _, i := range devs {
-		a |= 1 << uint(s.Cards[i].NUMA&63)
-	}
-	for _, uuid := range cards {
-		i, ok := s.CardIndex(uuid)
-		if !ok {
-			return false
-		}
-		b |= 1 << uint(s.Cards[i].NUMA&63)
-	}
-	return a == b
-}

@@ -156,10 +156,6 @@ func TestBurstChargesPredictedCPUs(t *testing.T) {
 					}
 					continue
 				}
-				// The plugin records the allocation once the kubelet admitted the pod (the
-				// in-flight rule lets a pod on another NUMA node wait for it); the inventory is
-				// not written again during the burst.
-				h.allocate(name)
 				ids := a.Containers[0].IDs()
 				accepts, numa, held, ref := truth.admit(t, req, ids)
 				switch {
@@ -295,41 +291,11 @@ func TestInitContainersRetainedCPUsCharged(t *testing.T) {
 	if len(a.CPUs) != 1 || a.CPUs[0] != (annotations.NUMACPUCount{NUMA: 0, CPUs: 6}) {
 		t.Fatalf("init pod predicts CPUs %v, want 6 on NUMA 0 (the init container's, 2 reused)", a.CPUs)
 	}
-	// next goes to NUMA 1: it waits until the init pod (NUMA 0) is allocated (TestInFlightAcrossNUMA).
-	h.allocate("init")
 	if err := h.bind("next", "n1"); err != "" {
 		t.Fatal(err)
 	}
 	a, _ = h.assignmentOf("default", "next")
 	if n := cardNUMA(a.Containers[0].Devices[0].UUID); n != 1 {
 		t.Errorf("next got a card on NUMA %d; NUMA 0 has 1 free CPU, so the kubelet puts it on NUMA 1", n)
-	}
-}
-
-// The kubelet admits pods bound within one sync by creation time, not bind time: two identical
-// pods in flight on different NUMA nodes would get each other's NUMA node (and cards no assignment
-// names) when admitted the other way round. So on a node with a kubelet model, identical pods are
-// interchangeable only on the same NUMA node; the one predicted on another waits.
-func TestInFlightAcrossNUMA(t *testing.T) {
-	h := newHarness(t, harnessOptions{informer: true}, numaNode(t, "single-numa-node", 16, 0, []annotations.PodCPUs{}))
-	for i := range 3 {
-		h.createPods(guaranteedPod("p"+itoa(i), []int64{6}, ctr{name: "m", gpu: 1}))
-	}
-	for _, name := range []string{"p0", "p1"} { // both on NUMA 0: in flight together
-		if err := h.bind(name, "n1"); err != "" {
-			t.Fatalf("bind %s: %s", name, err)
-		}
-	}
-	if err := h.bind("p2", "n1"); !strings.Contains(err, ErrInFlight.Error()) {
-		t.Fatalf("bind of p2 (NUMA 1) beside p0 and p1 in flight on NUMA 0: %q, want a wait", err)
-	}
-	h.allocate("p0")
-	h.allocate("p1")
-	if err := h.bind("p2", "n1"); err != "" {
-		t.Fatalf("bind of p2 once p0 and p1 are allocated: %s", err)
-	}
-	a, _ := h.assignmentOf("default", "p2")
-	if n := cardNUMA(a.Containers[0].Devices[0].UUID); n != 1 {
-		t.Errorf("p2 on NUMA %d, want 1", n)
 	}
 }

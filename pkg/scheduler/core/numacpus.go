@@ -55,10 +55,6 @@ func (n *NodeState) CountsCPUs() bool {
 	return n.kubelet != nil && n.kubelet.node.CPUPolicy == topology.CPUPolicyStatic
 }
 
-// ModelsKubelet reports whether Fit runs the kubelet model on the node (a TopologyManager policy
-// other than none).
-func (n *NodeState) ModelsKubelet() bool { return n.kubelet != nil }
-
 // modelNode is the node the kubelet model reads; nil without a model.
 func (n *NodeState) modelNode() *topology.Node {
 	if n.cpuNode != nil {
