@@ -43,7 +43,30 @@ type KubeletTopology struct {
 	// (TopologyInfo); without it the kubelet does not align devices.
 	DeviceTopology bool       `json:"deviceTopology"`
 	NUMA           []NUMACPUs `json:"numa"`
+	// PodsV is the version of Pods (PodCPUsVersion) when the plugin reports it; 0 (absent) when it
+	// does not (a plugin older than the field): the extender then takes ExclusiveCPUs as they are.
+	// Added in v1 without a version change of the inventory: older readers ignore both fields.
+	PodsV int `json:"podsV,omitempty"`
+	// Pods are the pods whose containers hold exclusive CPUs now, as the kubelet's CPU manager
+	// checkpoint and PodResources say (an init container's CPUs the app containers did not reuse
+	// included: the static policy keeps them for the pod's life). The extender charges a pod bound
+	// to the node that is not listed here with the CPUs its model predicted, and counts a listed
+	// pod until the kubelet frees its CPUs, whether or not the pod still exists.
+	Pods []PodCPUs `json:"pods,omitempty"`
 }
+
+// PodCPUsVersion is the version of KubeletTopology.Pods this code writes and reads.
+const PodCPUsVersion = 1
+
+// PodCPUs is one pod's exclusive CPUs on each NUMA node.
+type PodCPUs struct {
+	UID string `json:"uid"`
+	// CPUs[i] is how many of the pod's exclusive CPUs are on NUMA node NUMA[i] of the kubelet field.
+	CPUs []int `json:"cpus"`
+}
+
+// maxPodUIDLen bounds a pod UID in the inventory (the API server's UIDs are 36 characters).
+const maxPodUIDLen = 128
 
 // NUMACPUs is one NUMA node and its CPUs as the kubelet's CPU manager counts them.
 type NUMACPUs struct {
@@ -116,6 +139,40 @@ func (k *KubeletTopology) validate() error {
 		}
 		seen |= 1 << uint(n.ID)
 	}
+	return k.validatePods()
+}
+
+// validatePods checks Pods against PodsV and the NUMA nodes' CPUs.
+func (k *KubeletTopology) validatePods() error {
+	const key = GPUInventory
+	switch {
+	case k.PodsV == 0 && len(k.Pods) > 0:
+		return errorf(key, "kubelet.pods: %d entries without kubelet.podsV", len(k.Pods))
+	case k.PodsV != 0 && k.PodsV != PodCPUsVersion:
+		return errorf(key, "kubelet.podsV: %d is not a known version (%d)", k.PodsV, PodCPUsVersion)
+	}
+	held := make([]int, len(k.NUMA))
+	uids := make(map[string]bool, len(k.Pods))
+	for i := range k.Pods {
+		p := &k.Pods[i]
+		switch {
+		case p.UID == "" || len(p.UID) > maxPodUIDLen:
+			return errorf(key, "kubelet.pods[%d].uid: %q is empty or longer than %d characters", i, p.UID, maxPodUIDLen)
+		case uids[p.UID]:
+			return errorf(key, "kubelet.pods[%d].uid: %q appears twice", i, p.UID)
+		case len(p.CPUs) != len(k.NUMA):
+			return errorf(key, "kubelet.pods[%d].cpus: %d counts for %d NUMA nodes", i, len(p.CPUs), len(k.NUMA))
+		}
+		uids[p.UID] = true
+		for j, c := range p.CPUs {
+			if c < 0 {
+				return errorf(key, "kubelet.pods[%d].cpus[%d]: %d is negative", i, j, c)
+			}
+			if held[j] += c; held[j] > k.NUMA[j].CPUs-k.NUMA[j].ReservedCPUs {
+				return errorf(key, "kubelet.pods: the pods hold more exclusive CPUs on NUMA node %d than its %d unreserved ones", k.NUMA[j].ID, k.NUMA[j].CPUs-k.NUMA[j].ReservedCPUs)
+			}
+		}
+	}
 	return nil
 }
 
@@ -129,3 +186,6 @@ func (k *KubeletTopology) modelled() error {
 	}
 	return nil
 }
+// maxAssignedCPUs bounds one NUMA node's CPUs in an assignment's prediction (Linux allows 8192 CPUs
+// on x86, fewer elsewhere).
+const maxAssignedCPUs = 1 << 16

@@ -15,7 +15,8 @@ func sampleKubeletInventory() Inventory {
 	inv.Kubelet = &KubeletTopology{
 		TopologyManagerPolicy: TopologyPolicySingleNUMANode, TopologyManagerScope: TopologyScopeContainer,
 		CPUManagerPolicy: CPUManagerPolicyStatic, DeviceTopology: true,
-		NUMA: []NUMACPUs{{ID: 0, CPUs: 32, ReservedCPUs: 2, ExclusiveCPUs: 8}, {ID: 1, CPUs: 32}},
+		NUMA:  []NUMACPUs{{ID: 0, CPUs: 32, ReservedCPUs: 2, ExclusiveCPUs: 8}, {ID: 1, CPUs: 32}},
+		PodsV: PodCPUsVersion, Pods: []PodCPUs{{UID: "6d1f4bd4-0f5e-4c43-a3a3-8f1c52f0a001", CPUs: []int{8, 0}}},
 	}
 	return inv
 }
@@ -27,7 +28,8 @@ func TestKubeletTopologyEncodeGolden(t *testing.T) {
 	}
 	want := `{"v":1,"gpus":[{"uuid":"` + uuid0 + `","index":0,"model":"NVIDIA A40","memoryMiB":46068,"numa":0,"healthy":true,"shares":1}],` +
 		`"kubelet":{"topologyManagerPolicy":"single-numa-node","topologyManagerScope":"container","cpuManagerPolicy":"static","deviceTopology":true,` +
-		`"numa":[{"id":0,"cpus":32,"reservedCPUs":2,"exclusiveCPUs":8},{"id":1,"cpus":32,"reservedCPUs":0,"exclusiveCPUs":0}]}}`
+		`"numa":[{"id":0,"cpus":32,"reservedCPUs":2,"exclusiveCPUs":8},{"id":1,"cpus":32,"reservedCPUs":0,"exclusiveCPUs":0}],` +
+		`"podsV":1,"pods":[{"uid":"6d1f4bd4-0f5e-4c43-a3a3-8f1c52f0a001","cpus":[8,0]}]}}`
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -85,9 +87,9 @@ func TestKubeletTopologyValidation(t *testing.T) {
 		{name: "sample is valid", edit: func(*KubeletTopology) {}},
 		{name: "max 64 is valid", edit: func(t *KubeletTopology) { t.MaxAllowableNUMANodes = 64 }},
 		{name: "NUMA 63 is valid", edit: func(t *KubeletTopology) { t.NUMA[1].ID = 63 }},
-		{name: "8 NUMA nodes under a policy are valid", edit: func(t *KubeletTopology) { t.NUMA = numaNodes(8) }},
+		{name: "8 NUMA nodes under a policy are valid", edit: func(t *KubeletTopology) { t.Pods, t.NUMA = nil, numaNodes(8) }},
 		{name: "64 NUMA nodes under policy none are valid", edit: func(t *KubeletTopology) {
-			t.TopologyManagerPolicy, t.NUMA = TopologyPolicyNone, numaNodes(64)
+			t.TopologyManagerPolicy, t.Pods, t.NUMA = TopologyPolicyNone, nil, numaNodes(64)
 		}},
 		{name: "unknown policy", edit: func(t *KubeletTopology) { t.TopologyManagerPolicy = "strict" },
 			wantErr: k + `topologyManagerPolicy: "strict" is not one of none, best-effort, restricted, single-numa-node`},
@@ -105,6 +107,21 @@ func TestKubeletTopologyValidation(t *testing.T) {
 			wantErr: k + `numa[0]: a CPU count is negative`},
 		{name: "more held than there are", edit: func(t *KubeletTopology) { t.NUMA[0].ExclusiveCPUs = 31 },
 			wantErr: k + `numa[0]: 2 reserved and 31 exclusive CPUs are more than its 32`},
+		{name: "no pods reported is valid", edit: func(t *KubeletTopology) { t.PodsV, t.Pods = 0, nil }},
+		{name: "pods without version", edit: func(t *KubeletTopology) { t.PodsV = 0 },
+			wantErr: k + `pods: 1 entries without kubelet.podsV`},
+		{name: "pods of a newer version", edit: func(t *KubeletTopology) { t.PodsV = 2 },
+			wantErr: k + `podsV: 2 is not a known version (1)`},
+		{name: "pod without UID", edit: func(t *KubeletTopology) { t.Pods[0].UID = "" },
+			wantErr: k + `pods[0].uid: "" is empty or longer than 128 characters`},
+		{name: "pod twice", edit: func(t *KubeletTopology) { t.Pods = append(t.Pods, t.Pods[0]) },
+			wantErr: k + `pods[1].uid: "6d1f4bd4-0f5e-4c43-a3a3-8f1c52f0a001" appears twice`},
+		{name: "pod counts for other NUMA nodes", edit: func(t *KubeletTopology) { t.Pods[0].CPUs = []int{8} },
+			wantErr: k + `pods[0].cpus: 1 counts for 2 NUMA nodes`},
+		{name: "pod negative count", edit: func(t *KubeletTopology) { t.Pods[0].CPUs[1] = -1 },
+			wantErr: k + `pods[0].cpus[1]: -1 is negative`},
+		{name: "pods hold more than unreserved", edit: func(t *KubeletTopology) { t.Pods[0].CPUs[0] = 31 },
+			wantErr: k + `pods: the pods hold more exclusive CPUs on NUMA node 0 than its 30 unreserved ones`},
 		{name: "negative distance", edit: func(t *KubeletTopology) { t.NUMA[1].Distances = []int{21, -10} },
 			wantErr: k + `numa[1].distances[1]: -10 is negative`},
 	}
@@ -138,14 +155,14 @@ func TestDecodeRefusesUnmodelledNUMANodes(t *testing.T) {
 		edit    func(*KubeletTopology)
 		wantErr string
 	}{
-		{name: "8 NUMA nodes under a policy", edit: func(t *KubeletTopology) { t.NUMA = numaNodes(8) }},
+		{name: "8 NUMA nodes under a policy", edit: func(t *KubeletTopology) { t.Pods, t.NUMA = nil, numaNodes(8) }},
 		{name: "64 NUMA nodes under policy none", edit: func(t *KubeletTopology) {
-			t.TopologyManagerPolicy, t.NUMA = TopologyPolicyNone, numaNodes(64)
+			t.TopologyManagerPolicy, t.Pods, t.NUMA = TopologyPolicyNone, nil, numaNodes(64)
 		}},
-		{name: "9 NUMA nodes under a policy", edit: func(t *KubeletTopology) { t.NUMA = numaNodes(9) },
+		{name: "9 NUMA nodes under a policy", edit: func(t *KubeletTopology) { t.Pods, t.NUMA = nil, numaNodes(9) },
 			wantErr: k + `numa: 9 NUMA nodes under the single-numa-node policy, more than the 8 the GPU scheduler models (the kubelet's own default limit)`},
 		{name: "64 NUMA nodes even with max-allowable-numa-nodes 64", edit: func(t *KubeletTopology) {
-			t.TopologyManagerPolicy, t.MaxAllowableNUMANodes, t.NUMA = TopologyPolicyRestricted, 64, numaNodes(64)
+			t.TopologyManagerPolicy, t.MaxAllowableNUMANodes, t.Pods, t.NUMA = TopologyPolicyRestricted, 64, nil, numaNodes(64)
 		}, wantErr: k + `numa: 64 NUMA nodes under the restricted policy, more than the 8 the GPU scheduler models (the kubelet's own default limit)`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -58,6 +58,18 @@ type Assignment struct {
 	Node string `json:"node"`
 	// Containers lists every container that requested GPUs, init containers first.
 	Containers []ContainerAssignment `json:"containers"`
+	// CPUs are the exclusive CPUs the extender's model of the node's kubelet predicts the pod
+	// holds on each NUMA node once admitted (static CPU manager, TopologyManager policy other than
+	// none), init containers' retained CPUs included; empty when it holds none or the node has no
+	// model. The extender charges them to the node until the node's inventory lists the pod
+	// (KubeletTopology.Pods). Added in v1 without a version change: older readers ignore it.
+	CPUs []NUMACPUCount `json:"cpus,omitempty"`
+}
+
+// NUMACPUCount is a number of CPUs on one NUMA node.
+type NUMACPUCount struct {
+	NUMA int `json:"numa"`
+	CPUs int `json:"cpus"`
 }
 
 // ContainerAssignment is the cards one container gets.
@@ -233,6 +245,18 @@ func DecodeAssignment(s string) (Assignment, error) {
 func (a *Assignment) validate() error {
 	if a.Node == "" {
 		return errorf(GPUAssignment, "node is empty")
+	}
+	var numas uint64
+	for i, c := range a.CPUs {
+		switch {
+		case c.NUMA < 0 || c.NUMA > maxNUMANodeID:
+			return errorf(GPUAssignment, "cpus[%d].numa: %d is not in 0..%d", i, c.NUMA, maxNUMANodeID)
+		case numas&(1<<uint(c.NUMA)) != 0:
+			return errorf(GPUAssignment, "cpus[%d].numa: %d appears twice", i, c.NUMA)
+		case c.CPUs <= 0 || c.CPUs > maxAssignedCPUs:
+			return errorf(GPUAssignment, "cpus[%d].cpus: %d is not in 1..%d", i, c.CPUs, maxAssignedCPUs)
+		}
+		numas |= 1 << uint(c.NUMA)
 	}
 	ids := map[string]bool{}
 	names := map[string]bool{}

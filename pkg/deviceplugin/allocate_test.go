@@ -382,3 +382,37 @@ func TestLimitsFollowCUDAOrderNotKubeletOrder(t *testing.T) {
 		t.Errorf("env (-want +got):\n%s", diff)
 	}
 }
+
+func TestAllocateWaitsForTheCacheInABurst(t *testing.T) {
+	// Issue #21 item 3: in a burst the kubelet admits a pod whose binding the plugin's informer has
+	// not shown yet while other pods of the same size are in flight. The IDs then match no visible
+	// assignment and two candidates: the plugin must wait for the informer, not refuse the pod as
+	// ambiguous (the kubelet fails it with UnexpectedAdmissionError).
+	p := newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: testCards(4, nil), Shares: 1,
+		Log: logrDiscard(), CacheWait: time.Minute})
+	// a and late are created in the same second (a burst): the kubelet may admit either first.
+	a := newPod("a", ctr{name: "main", ids: []string{uuidOf(0)}})
+	p.UpsertPod(a.obj(t))
+	p.UpsertPod(newPod("b", ctr{name: "main", ids: []string{uuidOf(1)}}).obj(t))
+	late := newPod("late", ctr{name: "main", ids: []string{uuidOf(2)}}).createdWith(a).obj(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{uuidOf(2)}}}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Allocate answered before the pod was visible: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.UpsertPod(late)
+	if err := <-done; err != nil {
+		t.Fatalf("Allocate of the late pod's card: %v", err)
+	}
+	p.mu.Lock()
+	uid := p.byKey["default/late"]
+	p.mu.Unlock()
+	if _, rec, _, ok := p.pendingRecord(uid); !ok || len(rec.Containers) != 1 || !slices.Equal(rec.Containers[0].IDs, []string{uuidOf(2)}) {
+		t.Errorf("record of the late pod: %+v (%v), want its card", rec, ok)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/cpuset"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
@@ -23,7 +24,9 @@ import (
 // CPUs from sysfs and the CPUs held exclusively from PodResources. It calls changed only when the
 // field's content changes, so a node in steady state causes no inventory write.
 type kubeletTopologySource struct {
-	configPath     string
+	configPath string
+	// cpuStatePath is the kubelet's CPU manager checkpoint (empty: not read, no kubelet.pods).
+	cpuStatePath   string
 	sysfsRoot      string
 	deviceTopology bool
 	client         podResourcesCPUs
@@ -38,11 +41,19 @@ type kubeletTopologySource struct {
 	stamp    fileStamp
 	settings *kubeletSettings
 	lastErr  string
+	// cpuStamp is the checkpoint's stamp at the last refresh (zero: unreadable then).
+	cpuStamp fileStamp
 }
 
 func newKubeletTopologySource(configPath, sysfsRoot string, deviceTopology bool, client podResourcesCPUs, changed func(), log logr.Logger) *kubeletTopologySource {
 	return &kubeletTopologySource{configPath: configPath, sysfsRoot: sysfsRoot, deviceTopology: deviceTopology, client: client,
 		changed: changed, log: log, kicks: make(chan struct{}, 1)}
+}
+
+// withCPUState makes the source read the kubelet's CPU manager checkpoint at path (empty: not).
+func (s *kubeletTopologySource) withCPUState(path string) *kubeletTopologySource {
+	s.cpuStatePath = path
+	return s
 }
 
 // Current is the kubelet field to publish; nil until the settings and CPUs were read once.
@@ -65,6 +76,14 @@ const kickDelay = time.Second
 func (s *kubeletTopologySource) run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// The checkpoint changes when the kubelet admits a pod with exclusive CPUs and when it frees
+	// them: a stat every cpuStatePoll catches both at once, and reads nothing when it is unchanged.
+	var cpuPoll <-chan time.Time
+	if s.cpuStatePath != "" {
+		ct := time.NewTicker(cpuStatePoll)
+		defer ct.Stop()
+		cpuPoll = ct.C
+	}
 	var kicked <-chan time.Time
 	s.refreshAndLog(ctx)
 	for {
@@ -76,12 +95,31 @@ func (s *kubeletTopologySource) run(ctx context.Context, every time.Duration) {
 				kicked = time.After(kickDelay)
 			}
 			continue
+		case <-cpuPoll:
+			if st, _ := stampOf(s.cpuStatePath); st == s.cpuStamp {
+				continue
+			}
 		case <-t.C:
 		case <-kicked:
 			kicked = nil
 		}
 		s.refreshAndLog(ctx)
 	}
+}
+
+// cpuStatePoll is how often the CPU manager checkpoint's stamp is checked.
+const cpuStatePoll = 250 * time.Millisecond
+
+// readCPUState reads the checkpoint's pods; nil when it is not configured or cannot be read (the
+// inventory then lists no pods: the extender takes the CPU counts as they are, rather than a stale
+// list).
+func (s *kubeletTopologySource) readCPUState() (map[string]cpuset.CPUSet, error) {
+	if s.cpuStatePath == "" {
+		return nil, nil
+	}
+	// The stamp before the read: a change during the read is seen at the next poll.
+	s.cpuStamp, _ = stampOf(s.cpuStatePath)
+	return readCPUCheckpoint(s.cpuStatePath)
 }
 
 // refreshAndLog refreshes and logs a failure once until it changes or goes away.
@@ -116,6 +154,9 @@ func (s *kubeletTopologySource) refresh(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(configErr, err)
 	}
+	var stateErr error
+	cpus.Pods, stateErr = s.readCPUState()
+	configErr = errors.Join(configErr, stateErr)
 	if s.settings == nil {
 		return configErr
 	}
@@ -180,7 +221,7 @@ func startKubeletTopology(ctx context.Context, g interface{ Go(func() error) }, 
 		return nil, fmt.Errorf("pod-resources client: %w", err)
 	}
 	src := newKubeletTopologySource(cfg.KubeletConfig, cfg.SysfsRoot, cfg.Topology, podresourcesapi.NewPodResourcesListerClient(conn),
-		inventory.enqueue, log)
+		inventory.enqueue, log).withCPUState(cfg.CPUManagerState)
 	inventory.kubelet = src.Current
 	g.Go(func() error {
 		defer conn.Close()

@@ -158,6 +158,9 @@ type kubeletCPUs struct {
 	Allocatable cpuset.CPUSet
 	// Exclusive are the CPUs containers hold exclusively now.
 	Exclusive cpuset.CPUSet
+	// Pods are the exclusive CPUs of each pod by UID, from the kubelet's CPU manager checkpoint
+	// (cpucheckpoint.go); nil when it is not read. Their CPUs count as Exclusive too.
+	Pods map[string]cpuset.CPUSet
 }
 
 // readKubeletCPUs asks the kubelet for its allocatable CPUs and every container's exclusive ones.
@@ -188,7 +191,7 @@ func appendCPUs(dst []int, ids []int64) []int {
 	return dst
 }
 
-// kubeletTopology builds the inventory's kubelet field. A NUMA node's reserved CPUs are those of
+// kubeletTopology builds the inventory's kubelet field (with kubelet.pods when cpus.Pods is set). A NUMA node's reserved CPUs are those of
 // its CPUs the kubelet does not count as allocatable when its static CPU manager reports them
 // (that covers a reservation made through kubeReserved/systemReserved too), otherwise those in
 // reservedSystemCPUs. Its exclusive CPUs are the ones containers hold, reserved ones left out.
@@ -211,13 +214,18 @@ func kubeletTopology(s kubeletSettings, nodes []numaNode, cpus kubeletCPUs, devi
 		DeviceTopology:         deviceTopology,
 		NUMA:                   make([]annotations.NUMACPUs, 0, len(nodes)),
 	}
+	exclusive := cpus.Exclusive
+	if cpus.Pods != nil {
+		exclusive = exclusive.Union(heldCPUs(cpus.Pods))
+		k.PodsV, k.Pods = annotations.PodCPUsVersion, podCPUs(cpus.Pods, nodes, reserved)
+	}
 	for _, n := range nodes {
 		r := n.CPUs.Intersection(reserved)
 		k.NUMA = append(k.NUMA, annotations.NUMACPUs{
 			ID:            n.ID,
 			CPUs:          n.CPUs.Size(),
 			ReservedCPUs:  r.Size(),
-			ExclusiveCPUs: n.CPUs.Intersection(cpus.Exclusive).Difference(r).Size(),
+			ExclusiveCPUs: n.CPUs.Intersection(exclusive).Difference(r).Size(),
 			Distances:     slices.Clone(n.Distances),
 		})
 	}

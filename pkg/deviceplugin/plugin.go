@@ -307,7 +307,7 @@ func (p *Plugin) currentDevices() ([]*pluginapi.Device, chan struct{}) {
 // GetPreferredAllocation steers the kubelet to the assigned IDs (see preferred).
 func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	resp := &pluginapi.PreferredAllocationResponse{}
-	holders := p.lockWhenVisible(ctx, func(hs []holder) bool {
+	holders, _ := p.lockWhenVisible(ctx, p.cacheWait, func(hs []holder) bool {
 		for _, c := range req.ContainerRequests {
 			if !visible(hs, int(c.AllocationSize), nil) {
 				return false
@@ -330,14 +330,32 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	start := time.Now()
 	resp := &pluginapi.AllocateResponse{}
-	holders := p.lockWhenVisible(ctx, func(hs []holder) bool {
+	ready := func(hs []holder) bool {
 		for _, c := range req.ContainerRequests {
-			if !visible(hs, len(c.DevicesIds), c.DevicesIds) {
+			if !visible(hs, len(c.DevicesIds), c.DevicesIds) || unresolved(p.table, hs, c.DevicesIds) {
+				return false
+			}
+		}
+		return true
+	}
+	// IDs that are nobody's assignment are first given a short while to become one: in a burst the
+	// kubelet may be admitting a pod whose binding the informer has not delivered yet, and serving
+	// a visible pod a substitute would hand that pod's cards (and limits) to the wrong container.
+	holders, exact := p.lockWhenVisible(ctx, p.cacheWait/substituteWaitDivisor, func(hs []holder) bool {
+		if !ready(hs) {
+			return false
+		}
+		for _, c := range req.ContainerRequests {
+			if substitutes(p.table, hs, c.DevicesIds) {
 				return false
 			}
 		}
 		return true
 	})
+	if !exact && !ready(holders) {
+		p.mu.Unlock()
+		holders, _ = p.lockWhenVisible(ctx, p.cacheWait, ready)
+	}
 	served, toRecord, aerr := p.serveLocked(holders, req, resp)
 	if aerr != nil {
 		p.metrics.allocated(string(aerr.Reason), time.Since(start))
@@ -440,18 +458,18 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// lockWhenVisible takes p.mu and returns the holders once ready accepts them, or once cacheWait has
-// passed (or ctx ended) without that. It returns with p.mu held.
-func (p *Plugin) lockWhenVisible(ctx context.Context, ready func([]holder) bool) []holder {
+// lockWhenVisible takes p.mu and returns the holders once ready accepts them (true), or once wait
+// has passed (or ctx ended) without that (false). It returns with p.mu held.
+func (p *Plugin) lockWhenVisible(ctx context.Context, wait time.Duration, ready func([]holder) bool) ([]holder, bool) {
 	var deadline <-chan time.Time
 	for {
 		p.mu.Lock()
 		hs := p.holdersLocked()
 		if ready(hs) {
-			return hs
+			return hs, true
 		}
 		if deadline == nil {
-			t := time.NewTimer(p.cacheWait)
+			t := time.NewTimer(wait)
 			defer t.Stop()
 			deadline = t.C
 		}
@@ -464,8 +482,29 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, ready func([]holder) bool)
 		case <-ctx.Done():
 		}
 		p.mu.Lock()
-		return p.holdersLocked()
+		hs = p.holdersLocked()
+		return hs, ready(hs)
 	}
+}
+
+// unresolved reports whether ids match no assignment and no single owner while the cache may lag:
+// in a burst the kubelet can admit a pod whose binding the plugin's informer has not shown yet, and
+// other in-flight containers of the same size are then visible; Allocate waits (up to cacheWait)
+// for the informer rather than refuse the pod as ambiguous or unowned.
+func unresolved(t *deviceTable, hs []holder, ids []string) bool {
+	_, err := resolve(t, hs, ids)
+	return err != nil && (err.Reason == ReasonAmbiguous || err.Reason == ReasonNoOwner)
+}
+
+// substituteWaitDivisor: Allocate waits cacheWait/substituteWaitDivisor (1 s by default) for IDs
+// that are nobody's assignment to become one before it serves them as a substitute.
+const substituteWaitDivisor = 5
+
+// substitutes reports whether ids resolve to a Cardinal container whose assignment names other IDs
+// (a substitute), which may instead be a pod the informer has not shown yet.
+func substitutes(t *deviceTable, hs []holder, ids []string) bool {
+	o, err := resolve(t, hs, ids)
+	return err == nil && !o.Exact && o.Owner != nil && o.Owner.Assigned != nil
 }
 
 // visible reports whether the cache shows a container in flight that asks for size devices, or one

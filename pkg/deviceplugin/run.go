@@ -81,6 +81,10 @@ type Config struct {
 	// KubeletConfig is the kubelet's configuration file; when set, the inventory carries the
 	// kubelet's topology settings and per-NUMA CPUs (kubelettopology.go). Empty publishes none.
 	KubeletConfig string
+	// CPUManagerState is the kubelet's CPU manager checkpoint (<root-dir>/cpu_manager_state), read
+	// with KubeletConfig: the inventory then lists each pod's exclusive CPUs per NUMA node
+	// (cpucheckpoint.go). Empty, or a file that cannot be read: no such list.
+	CPUManagerState string
 	// KubeletPollInterval is how often KubeletConfig, sysfs and PodResources' CPUs are read.
 	KubeletPollInterval time.Duration
 	// ReconcileInterval is how often PodResources is compared with the allocation records.
@@ -105,6 +109,7 @@ func DefaultConfig() Config {
 		NodeName:               os.Getenv("NODE_NAME"),
 		DevicePluginDir:        "/var/lib/kubelet/device-plugins",
 		PodResourcesSocket:     "/var/lib/kubelet/pod-resources/kubelet.sock",
+		CPUManagerState:        "/var/lib/kubelet/cpu_manager_state",
 		Shares:                 1,
 		Topology:               true,
 		Listen:                 ":9400",

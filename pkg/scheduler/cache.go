@@ -110,6 +110,8 @@ type nodeEntry struct {
 	hostPods int
 	// soft is what kube-scheduler's own score plugins read of the node (softNodeOf); nil for most.
 	soft *softNode
+	// cpu is what the cache knows of the exclusive CPUs on the node (numacpus.go).
+	cpu nodeCPUs
 }
 
 // Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
@@ -139,6 +141,8 @@ type Cache struct {
 	softNodes int
 	// onPanic is told of a panic while deciding a node (panics.go); nil: nobody.
 	onPanic PanicHandler
+	// cpuPods are the pods that hold or will hold exclusive CPUs on a node (numacpus.go).
+	cpuPods map[types.UID]*cpuHolder
 }
 
 // NewCache returns an empty cache.
@@ -146,7 +150,7 @@ func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
 		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{},
 		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife},
-		affinity: map[types.UID][]affinityTerm{}}
+		affinity: map[types.UID][]affinityTerm{}, cpuPods: map[types.UID]*cpuHolder{}}
 }
 
 // MixHalfLife is the task mix's half-life in GPU containers: requests the cluster stopped making
@@ -183,11 +187,14 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 		state = core.NewNodeState(node.Name, inv)
 	}
 	soft := softNodeOf(node)
+	listed := listedCPUsOf(state)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.labels = node.Labels
 	c.setSoft(n, soft)
+	n.cpu.listed = listed
+	defer c.refreshCPUs(n)
 	if state != nil && n.state != nil && sameCards(n.state, state) {
 		if h := &n.state.Host; h.AllocCPUMilli != cpu || h.AllocMemMiB != mem {
 			n.state.SetHost(cpu, mem)
@@ -308,6 +315,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	terms := affinityTermsOf(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.trackCPUs(pod)
 	c.countMix(pod)
 	c.setAffinityTerms(pod.UID, terms)
 	old := c.pods[pod.UID]
@@ -322,6 +330,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetCPUs(uid)
 	c.replace(uid, c.pods[uid], nil)
 	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
@@ -593,7 +602,7 @@ func (c *Cache) Evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 	}
 	if waiting && !free {
 		for i := range out {
-			if out[i].Reason != nil && out[i].Reason.Kind == core.ReasonInFlight {
+			if out[i].Reason != nil && (out[i].Reason.Kind == core.ReasonInFlight || out[i].Reason.Kind == core.ReasonKubeletCPUs) {
 				out[i].Reason = nil
 			}
 		}
@@ -805,6 +814,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 	// App containers reusing init devices repeat IDs: count each once.
 	rec.uses = dedupUses(rec.uses)
 	c.replace(uid, c.pods[uid], rec)
+	c.reserveCPUs(uid, key, node, a.CPUs, p.HoldsExclusiveCPUs())
 	if old, had := c.hosts[uid]; !had || old.reserved {
 		c.setHost(uid, hostRecord{node: node, req: p.Host, reserved: true}, p.Host != core.HostRequest{})
 	}
@@ -827,6 +837,9 @@ func dedupUses(us []use) []use {
 // a container of another pod with the same device count that is not interchangeable with it.
 // self is the pod's own UID (its earlier reservation is not a conflict).
 func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *core.Reason {
+	if r := c.cpuWaits(n, p); r != nil {
+		return r
+	}
 	if n.inFlight == 0 {
 		return nil
 	}

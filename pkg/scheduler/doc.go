@@ -26,6 +26,11 @@
 // the same device count that is not interchangeable with it (same request, each selector accepting
 // the other's cards); Evaluate reports such nodes with core.ReasonInFlight when another node fits.
 //
+// On nodes whose kubelet places exclusive CPUs per NUMA node (TopologyManager and the static CPU
+// manager), the counts the kubelet model reads are the node's listed pods plus the predicted CPUs of
+// pods bound or reserved there and not listed yet; where they cannot be known the node gets
+// core.ReasonKubeletCPUs, a wait handled like ReasonInFlight (numacpus.go).
+//
 // # HTTP
 //
 // NewServer(cache, ServerOptions) and Server.Handler serve POST /filter, /prioritize, /bind and

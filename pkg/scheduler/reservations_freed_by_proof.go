@@ -100,6 +100,7 @@ func (c *Cache) ExpireReservation(r Reservation) bool {
 		return false
 	}
 	c.replace(r.UID, old, nil)
+	c.releaseCPUs(r.UID)
 	if h, ok := c.hosts[r.UID]; ok && h.reserved {
 		c.setHost(r.UID, hostRecord{}, false)
 	}
@@ -141,6 +142,7 @@ func (c *Cache) ReleaseProven(uid types.UID) {
 func (c *Cache) drop(uid types.UID) {
 	if old := c.pods[uid]; old != nil && old.reserved {
 		c.replace(uid, old, nil)
+		c.releaseCPUs(uid)
 	}
 	if h, ok := c.hosts[uid]; ok && h.reserved {
 		c.setHost(uid, hostRecord{}, false)

@@ -22,7 +22,8 @@ func TestDevicePluginKubeletTopology(t *testing.T) {
 	spec := get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec
 	c := container(t, spec, "device-plugin")
 	flags := flagsOf(t, c.Args)
-	want := map[string]string{"kubelet-config": "/etc/cardinal/kubelet/kubelet-config.json", "kubelet-poll-interval": "3s", "sysfs-root": "/host/sys"}
+	want := map[string]string{"kubelet-config": "/etc/cardinal/kubelet/kubelet-config.json", "kubelet-poll-interval": "3s", "sysfs-root": "/host/sys",
+		"cpu-manager-state": "/var/lib/cardinal/kubelet-root/cpu_manager_state"}
 	for name, v := range want {
 		if flags[name] != v {
 			t.Errorf("--%s = %q, want %q", name, flags[name], v)
@@ -35,7 +36,7 @@ func TestDevicePluginKubeletTopology(t *testing.T) {
 	}
 	got := map[string]mount{}
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil && (v.Name == "kubelet-config" || v.Name == "sysfs") {
+		if v.HostPath != nil && (v.Name == "kubelet-config" || v.Name == "sysfs" || v.Name == "kubelet-root") {
 			got[v.Name] = mount{HostPath: v.HostPath.Path, Type: *v.HostPath.Type}
 		}
 	}
@@ -48,6 +49,8 @@ func TestDevicePluginKubeletTopology(t *testing.T) {
 	wantMounts := map[string]mount{
 		"kubelet-config": {HostPath: "/etc/kubernetes/kubelet/kubelet-config.json", MountPath: "/etc/cardinal/kubelet/kubelet-config.json", Type: corev1.HostPathFile, ReadOnly: true},
 		"sysfs":          {HostPath: "/var/lib/testbed/node-a/sys", MountPath: "/host/sys", Type: corev1.HostPathDirectory, ReadOnly: true},
+		// The kubelet replaces cpu_manager_state by a rename: its folder is mounted.
+		"kubelet-root": {HostPath: "/var/lib/kubelet", MountPath: "/var/lib/cardinal/kubelet-root", Type: corev1.HostPathDirectory, ReadOnly: true},
 	}
 	if diff := cmp.Diff(wantMounts, got); diff != "" {
 		t.Errorf("mounts (-want +got):\n%s", diff)
@@ -63,7 +66,7 @@ func TestDevicePluginKubeletTopology(t *testing.T) {
 	}
 
 	def := container(t, get[*appsv1.DaemonSet](t, render(t, nil), devicePluginName).Spec.Template.Spec, "device-plugin")
-	for _, name := range []string{"kubelet-config", "kubelet-poll-interval", "sysfs-root"} {
+	for _, name := range []string{"kubelet-config", "kubelet-poll-interval", "sysfs-root", "cpu-manager-state"} {
 		if v, ok := flagsOf(t, def.Args)[name]; ok {
 			t.Errorf("rendered by default: --%s=%s", name, v)
 		}

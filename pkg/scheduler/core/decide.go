@@ -246,6 +246,9 @@ type Plan struct {
 	Devices []Device
 	// Host is the pod's CPU and memory (Pod.Host), which Apply adds to the node.
 	Host HostRequest
+	// CPUs are the exclusive CPUs the kubelet model predicts the pod holds on each NUMA node
+	// (indexed like NodeState.Kubelet.NUMA); nil when none or the node has no model.
+	CPUs []int
 }
 
 // After returns the usage of card i of n once the plan is applied.
@@ -285,6 +288,7 @@ func (p *Plan) Assignment(n *NodeState) annotations.Assignment {
 		}
 		a.Containers[i] = ca
 	}
+	a.CPUs = p.assignedCPUs(n)
 	return a
 }
 
@@ -387,6 +391,7 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	f.pod, f.node, f.mix = p, n, mix
 	f.frag.fit++
 	f.plan0.Host = p.Host
+	f.plan0.CPUs = nil
 	f.plan = &f.plan0
 	f.allow = nil
 	if !n.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, HostRequest{}) {

@@ -61,7 +61,9 @@
 // refuse gets ReasonKubeletRefuses (Reason.Kubelet, the model's numbers); a container the kubelet's
 // choice cannot serve gets ReasonKubeletChoice. Nodes with policy none, or no Kubelet, are decided
 // as before and never run the model. NodeState.SameKubelet and AppendKubeletKey let a cache tell
-// nodes of different kubelet topologies apart.
+// nodes of different kubelet topologies apart. The model reads the inventory's exclusive CPUs per
+// NUMA node unless the cache set the kubelet's current ones (NodeState.SetExclusiveCPUs); a plan
+// carries the CPUs the model predicts the pod takes (Plan.CPUs, the assignment's cpus).
 //
 // # Strategies
 //

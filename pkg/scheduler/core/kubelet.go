@@ -43,7 +43,7 @@ func (f *fit) fitKubelet() (*Plan, *Reason) {
 	}
 	req := p.kubelet
 	req.Pick = f.kubeletPick
-	res, refusal := topology.Admit(kn.node, f.kdevs, &req)
+	res, refusal := topology.Admit(f.node.modelNode(), f.kdevs, &req)
 	f.allow = nil
 	if f.kreason != nil {
 		return nil, f.kreason
@@ -68,6 +68,7 @@ func (f *fit) fitKubelet() (*Plan, *Reason) {
 			return nil, f.reason(c, &Reason{Kind: ReasonKubeletChoice, Policy: string(kn.node.Policy), Detail: "the kubelet model took other cards"})
 		}
 	}
+	f.plan.CPUs = res.HeldCPUs
 	return f.plan, nil
 }
 

@@ -60,6 +60,11 @@ const (
 	// ReasonInternal: deciding the pod on this node panicked (Detail: the panic's value); the
 	// extender logged it with its stack and failed this node only.
 	ReasonInternal
+	// ReasonKubeletCPUs: the pod takes exclusive CPUs and the node's kubelet counts them per NUMA
+	// node, but the extender cannot know its counts now (Detail: the pod whose CPUs the kubelet has
+	// not reported yet, or may be freeing); the pod waits, like ReasonInFlight, rather than guess
+	// the NUMA node the kubelet picks.
+	ReasonKubeletCPUs
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -174,6 +179,8 @@ func (r *Reason) String() string {
 		b.WriteString("the init containers' cards, which the kubelet hands on, cannot hold it")
 	case ReasonInFlight:
 		fmt.Fprintf(&b, "waits until %s is allocated (in flight with %s, not interchangeable)", r.Detail, cards(r.Need))
+	case ReasonKubeletCPUs:
+		fmt.Fprintf(&b, "waits until the kubelet's exclusive CPUs per NUMA node are known: %s", r.Detail)
 	case ReasonHost:
 		b.WriteString(r.hostText())
 	case ReasonBindPending:

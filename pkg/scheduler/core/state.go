@@ -122,6 +122,11 @@ type NodeState struct {
 	// kubelet is the model of the node's kubelet when its TopologyManager runs a policy other
 	// than none (nil otherwise): Fit then places cards where the kubelet will put them.
 	kubelet *kubeletNode
+	// cpuNode is the model's node with the exclusive CPUs SetExclusiveCPUs gave (nil: the
+	// inventory's, kubelet.node); cpuHeld are those counts. Never written after SetExclusiveCPUs:
+	// clones share them.
+	cpuNode *topology.Node
+	cpuHeld []int
 }
 
 // kubeletNode is what the kubelet model needs of a node, built once per inventory and shared by
@@ -196,6 +201,7 @@ func (n *NodeState) AppendKubeletKey(b []byte) []byte {
 	}
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendVarint(b, int64(k.MaxAllowableNUMANodes))
+	b = n.appendCPUKey(b)
 	b = binary.AppendUvarint(b, uint64(len(k.NUMA)))
 	for _, u := range k.NUMA {
 		b = binary.AppendVarint(b, int64(u.ID))

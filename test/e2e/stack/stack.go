@@ -335,7 +335,8 @@ func pluginKubeletArgs(c *cluster.Cluster, k *cluster.Kubelet, poll time.Duratio
 			}
 		}
 	}
-	return []string{"--kubelet-config=" + config, "--sysfs-root=" + sysfs, "--kubelet-poll-interval=" + poll.String()}, nil
+	return []string{"--kubelet-config=" + config, "--sysfs-root=" + sysfs, "--kubelet-poll-interval=" + poll.String(),
+		"--cpu-manager-state=" + filepath.Join(k.Root, "cpu_manager_state")}, nil
 }
 
 // saUser is the username of a ServiceAccount in Namespace.

@@ -32,6 +32,7 @@ func Admit(n *Node, devs []Device, r *Request) (Result, *Refusal) {
 				return Result{}, ref
 			}
 		}
+		res.HeldCPUs = s.heldCPUs()
 		return res, nil
 	}
 	for i := range r.Containers {
@@ -52,7 +53,24 @@ func Admit(n *Node, devs []Device, r *Request) (Result, *Refusal) {
 			return Result{}, ref
 		}
 	}
+	res.HeldCPUs = s.heldCPUs()
 	return res, nil
+}
+
+// heldCPUs is what the admission took of each NUMA node's free exclusive CPUs (indexed like
+// Node.NUMA), nil when none: the pod's CPUs once admitted, init containers' CPUs that no later
+// container reused included (the static policy keeps them for the pod's life).
+func (s *sim) heldCPUs() []int {
+	var out []int
+	for p := range s.n.NUMA {
+		if d := s.n.NUMA[p].FreeCPUs() - s.freeCPUs[p]; d > 0 {
+			if out == nil {
+				out = make([]int, len(s.n.NUMA))
+			}
+			out[p] = d
+		}
+	}
+	return out
 }
 
 // sim is one admission: the node's state as the kubelet sees it while it admits the pod's

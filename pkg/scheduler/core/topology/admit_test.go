@@ -121,7 +121,7 @@ func TestAdmit(t *testing.T) {
 				NUMA: []NUMANode{numa(0, 16, 2, 12), numa(1, 16, 0, 6)}},
 			devs: join(cards(0, 4, 2), cards(1, 4, 1)),
 			req:  pod(true, app("train", 2, 6)),
-			want: Result{Containers: []ContainerResult{{Name: "train", Hint: pref(1), CPUs: []int{0, 6}, Devices: Allocation{
+			want: Result{HeldCPUs: []int{0, 6}, Containers: []ContainerResult{{Name: "train", Hint: pref(1), CPUs: []int{0, 6}, Devices: Allocation{
 				Pool: ids("n1", 1, 2, 3), FromPool: 2, AskPlugin: true, Taken: ids("n1", 1, 2)}}}},
 		},
 		{
@@ -218,7 +218,7 @@ func TestAdmit(t *testing.T) {
 				NUMA: []NUMANode{numa(0, 8, 0, 0), numa(1, 8, 0, 0), numa(2, 8, 0, 0)}},
 			devs: join(cards(0, 2, 1), cards(1, 2, 1), cards(2, 2, 1)),
 			req:  pod(true, app("main", 2, 6)),
-			want: Result{Containers: []ContainerResult{{Name: "main", Hint: nonPref(0, 1), CPUs: []int{6, 0, 0},
+			want: Result{HeldCPUs: []int{6, 0, 0}, Containers: []ContainerResult{{Name: "main", Hint: nonPref(0, 1), CPUs: []int{6, 0, 0},
 				Devices: Allocation{Fixed: cat(ids("n0", 1), ids("n1", 1)), Taken: cat(ids("n0", 1), ids("n1", 1))}}}},
 		},
 		{
@@ -259,7 +259,7 @@ func TestAdmit(t *testing.T) {
 				NUMA: []NUMANode{numa(0, 8, 2, 4), numa(1, 8, 0, 0)}},
 			devs: []Device{{ID: "a", NUMA: -1, Healthy: true}, {ID: "b", NUMA: -1, Healthy: true}},
 			req:  pod(true, app("main", 1, 4)),
-			want: Result{Containers: []ContainerResult{{Name: "main", Hint: pref(1), CPUs: []int{0, 4}, Devices: Allocation{
+			want: Result{HeldCPUs: []int{0, 4}, Containers: []ContainerResult{{Name: "main", Hint: pref(1), CPUs: []int{0, 4}, Devices: Allocation{
 				Pool: []string{"a", "b"}, FromPool: 1, AskPlugin: true, Taken: []string{"a"}}}}},
 		},
 		{
@@ -297,7 +297,7 @@ func TestAdmit(t *testing.T) {
 				NUMA: []NUMANode{numa(0, 8, 2, 4), numa(1, 8, 0, 0)}},
 			devs: join(cards(0, 2, 0), cards(1, 2, 0)),
 			req:  pod(true, initC("init", 1, 4), sidecar("side", 0, 2), app("main", 1, 2)),
-			want: Result{Pod: pref(1), Containers: []ContainerResult{
+			want: Result{HeldCPUs: []int{0, 4}, Pod: pref(1), Containers: []ContainerResult{
 				{Name: "init", Hint: pref(1), CPUs: []int{0, 4}, Devices: Allocation{Pool: ids("n1", 0, 1), FromPool: 1, AskPlugin: true, Taken: ids("n1", 0)}},
 				{Name: "side", Hint: pref(1), CPUs: []int{0, 2}},
 				{Name: "main", Hint: pref(1), CPUs: []int{0, 2}, Devices: Allocation{Fixed: ids("n1", 0), Taken: ids("n1", 0)}},

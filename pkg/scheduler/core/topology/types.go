@@ -142,6 +142,9 @@ type Result struct {
 	Pod Hint
 	// Containers follow Request.Containers.
 	Containers []ContainerResult
+	// HeldCPUs counts the exclusive CPUs the pod holds on each NUMA node once admitted, indexed
+	// like Node.NUMA (init containers' unreused CPUs included); nil when it holds none.
+	HeldCPUs []int
 }
 
 // ContainerResult is what the kubelet does for one container.
