@@ -186,6 +186,7 @@ func (k *KubeletTopology) modelled() error {
 	}
 	return nil
 }
+
 // maxAssignedCPUs bounds one NUMA node's CPUs in an assignment's prediction (Linux allows 8192 CPUs
 // on x86, fewer elsewhere).
 const maxAssignedCPUs = 1 << 16
