@@ -49,6 +49,9 @@ type inFlight struct {
 	req   annotations.ContainerRequest
 	sel   annotations.Selector
 	cards []string // UUIDs
+	// created is the pod's creation time in whole seconds (the API's precision): the kubelet admits
+	// pods that reach it together in creation order, and pods created in the same second in any order.
+	created int64
 	// unmanaged is a container of a pod Cardinal did not bind (another scheduler's, or one created
 	// with spec.nodeName): its cards are unknown and the device plugin cannot tell it from a
 	// Cardinal container of the same count, so it is interchangeable with none.
@@ -472,7 +475,7 @@ func (c *Cache) recordOf(pod *corev1.Pod) *podRecord {
 					add(use{id: d.ID, memMiB: d.MemoryMiB, cores: d.Cores})
 				}
 				if pending {
-					rec.inFlight = append(rec.inFlight, inFlightOf(rec.key, &ca, req, sel))
+					rec.inFlight = append(rec.inFlight, inFlightOf(rec.key, pod.CreationTimestamp.Unix(), &ca, req, sel))
 				}
 				continue
 			}
@@ -519,7 +522,7 @@ func (c *Cache) unmanagedOf(pod *corev1.Pod, node string) *podRecord {
 	}
 	rec := &podRecord{uid: pod.UID, key: pod.Namespace + "/" + pod.Name, node: node}
 	for _, r := range req.Containers {
-		rec.inFlight = append(rec.inFlight, inFlight{pod: rec.key, req: r, unmanaged: true})
+		rec.inFlight = append(rec.inFlight, inFlight{pod: rec.key, created: pod.CreationTimestamp.Unix(), req: r, unmanaged: true})
 	}
 	return rec
 }
@@ -535,8 +538,8 @@ func reservationOf(id string, req annotations.PodRequest, container string) use 
 	return use{id: id, memPercent: 100, cores: 100}
 }
 
-func inFlightOf(key string, ca *annotations.ContainerAssignment, req annotations.PodRequest, sel annotations.Selector) inFlight {
-	f := inFlight{pod: key, sel: sel, req: annotations.ContainerRequest{Name: ca.Name, Count: len(ca.Devices)}}
+func inFlightOf(key string, created int64, ca *annotations.ContainerAssignment, req annotations.PodRequest, sel annotations.Selector) inFlight {
+	f := inFlight{pod: key, created: created, sel: sel, req: annotations.ContainerRequest{Name: ca.Name, Count: len(ca.Devices)}}
 	for _, r := range req.Containers {
 		if r.Name == ca.Name {
 			f.req = r
@@ -809,7 +812,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 		for _, d := range ca.Devices {
 			rec.uses = append(rec.uses, use{id: d.ID, memMiB: d.MemoryMiB, cores: d.Cores})
 		}
-		rec.inFlight = append(rec.inFlight, inFlightOf(key, &ca, p.Request, p.Selector))
+		rec.inFlight = append(rec.inFlight, inFlightOf(key, p.Created, &ca, p.Request, p.Selector))
 	}
 	// App containers reusing init devices repeat IDs: count each once.
 	rec.uses = dedupUses(rec.uses)
@@ -843,7 +846,8 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 	if n.inFlight == 0 {
 		return nil
 	}
-	if n.flightSame && !p.Selector.HasCardConstraint() {
+	ordered := admitsInCreationOrder(n)
+	if n.flightSame && !p.Selector.HasCardConstraint() && !ordered {
 		same := true
 		for ci := range p.Request.Containers {
 			r := &p.Request.Containers[ci]
@@ -864,7 +868,14 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 				r := &p.Request.Containers[ci]
 				devs := cards[off+1 : off+1+cards[off]]
 				off += 1 + cards[off]
-				if r.Count != f.req.Count || interchangeable(n.state, p, r, devs, f) || other.uid == self {
+				if r.Count != f.req.Count || other.uid == self {
+					continue
+				}
+				if ordered && f.created >= p.Created {
+					return &core.Reason{Kind: core.ReasonInFlight, Need: r.Count,
+						Detail: fmt.Sprintf("pod %s container %q (created in the same second or later: the kubelet's order between them is not known)", f.pod, f.req.Name)}
+				}
+				if interchangeable(n.state, p, r, devs, f) {
 					continue
 				}
 				return &core.Reason{Kind: core.ReasonInFlight, Need: r.Count, Detail: fmt.Sprintf("pod %s container %q", f.pod, f.req.Name)}
@@ -872,6 +883,19 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 		}
 	}
 	return nil
+}
+
+// admitsInCreationOrder reports whether the node's kubelet runs a TopologyManager policy: it then
+// picks each pod's NUMA node and cards from its own hints, in its own admission order, and only
+// the order makes the device plugin's answer and the extender's CPU counts the kubelet's. The
+// kubelet admits pods that reach it together in creation order (whole seconds; pods created in the
+// same second in any order), so on such a node a container joins another in flight with the same
+// device count only when its pod was created in a later second: that order is certain, and
+// interchangeable replicas created together go one at a time (each waits for the one before it to
+// be allocated) instead of swapping cards and NUMA nodes.
+func admitsInCreationOrder(n *nodeEntry) bool {
+	k := n.state.Kubelet
+	return k != nil && k.TopologyManagerPolicy != "" && k.TopologyManagerPolicy != annotations.TopologyPolicyNone
 }
 
 // summariseFlight sets the node's flightSame and flightReq from its pods' in-flight containers.

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,9 +43,15 @@ func numaNode(t *testing.T, policy string, cpus, reserved int, pods []annotation
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{annotations.GPUInventory: enc}}}
 }
 
+// createdAt gives the pods guaranteedPod builds creation times one second apart, in the order they
+// are built: pods the kubelet admits in a known order (created in the same second, their order is
+// not known and the extender lets them go one at a time: TestSameSecondPodsGoOneAtATime).
+var createdAt atomic.Int64
+
 // guaranteedPod is a Guaranteed pod whose containers ask whole CPUs: cs[i] gets cpus[i].
 func guaranteedPod(name string, cpus []int64, cs ...ctr) *corev1.Pod {
 	p := gpuPod(name, nil, cs...)
+	p.CreationTimestamp = metav1.Unix(1_700_000_000+createdAt.Add(1), 0)
 	all := func(i int) *corev1.Container {
 		if i < len(p.Spec.InitContainers) {
 			return &p.Spec.InitContainers[i]
@@ -297,5 +304,43 @@ func TestInitContainersRetainedCPUsCharged(t *testing.T) {
 	a, _ = h.assignmentOf("default", "next")
 	if n := cardNUMA(a.Containers[0].Devices[0].UUID); n != 1 {
 		t.Errorf("next got a card on NUMA %d; NUMA 0 has 1 free CPU, so the kubelet puts it on NUMA 1", n)
+	}
+}
+
+// On a node whose kubelet runs a TopologyManager policy, the kubelet admits pods that reach it
+// together in creation order, to the second, and pods created in the same second in any order: two
+// replicas created together and both in flight could swap cards and NUMA nodes. So a container
+// joins another in flight with its device count only when its pod was created in a later second;
+// replicas created together go one at a time. Nodes without a policy keep the interchangeable rule.
+func TestSameSecondPodsGoOneAtATime(t *testing.T) {
+	sameSecond := func(name string) *corev1.Pod {
+		p := guaranteedPod(name, []int64{2}, ctr{name: "m", gpu: 1})
+		p.CreationTimestamp = metav1.Unix(1_600_000_000, 0)
+		return p
+	}
+	h := newHarness(t, harnessOptions{informer: true}, numaNode(t, "single-numa-node", 16, 0, []annotations.PodCPUs{}))
+	later := guaranteedPod("later", []int64{2}, ctr{name: "m", gpu: 1}) // created a second or more after
+	h.createPods(sameSecond("a"), sameSecond("b"), later)
+	if err := h.bind("a", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	if err := h.bind("b", "n1"); !strings.Contains(err, `waits until pod default/a container "m" (created in the same second or later`) {
+		t.Fatalf("bind of b, created in a's second, while a is in flight: %q, want a wait", err)
+	}
+	if err := h.bind("later", "n1"); err != "" {
+		t.Fatalf("bind of a pod created after a while a is in flight: %s", err)
+	}
+	h.allocate("a")
+	h.allocate("later")
+	if err := h.bind("b", "n1"); err != "" {
+		t.Fatalf("bind of b once a and later are allocated: %s", err)
+	}
+
+	none := newHarness(t, harnessOptions{informer: true}, numaNode(t, "none", 16, 0, []annotations.PodCPUs{}))
+	none.createPods(sameSecond("a"), sameSecond("b"))
+	for _, name := range []string{"a", "b"} {
+		if err := none.bind(name, "n1"); err != "" {
+			t.Fatalf("policy none, bind of %s: %s (identical replicas never wait)", name, err)
+		}
 	}
 }

@@ -261,7 +261,7 @@ func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
 	}
 	p, err := s.decider.PrepareHost(req, sel, podHost(pod))
 	if p != nil {
-		p.Tenant = pod.Namespace
+		p.Tenant, p.Created = pod.Namespace, pod.CreationTimestamp.Unix()
 	}
 	return p, err
 }

@@ -52,6 +52,9 @@ type Pod struct {
 	// Tenant is the pod's namespace: a node in sharing mode mps serves shared containers of one
 	// namespace at a time (the extender's cache applies that rule; the core does not read it).
 	Tenant string
+	// Created is the pod's creation time in whole seconds: the order the kubelet admits pods in
+	// (the extender's cache reads it; the core does not).
+	Created int64
 
 	nodeScore NodeScoreFunc
 	card      CardStrategy
