@@ -119,12 +119,6 @@ func (b *podBuilder) boundAt(s int) *podBuilder {
 	return b
 }
 
-// createdBefore gives b a creation time a second before o's.
-func (b *podBuilder) createdBefore(o *podBuilder) *podBuilder {
-	b.pod.CreationTimestamp = metav1.NewTime(o.pod.CreationTimestamp.Add(-time.Second))
-	return b
-}
-
 func (b *podBuilder) annotate(k, v string) *podBuilder { b.pod.Annotations[k] = v; return b }
 
 // rawAssignment sets the assignment annotation to a literal value.

@@ -123,16 +123,6 @@ func (k *kubeletTruth) admit(t *testing.T, req topology.Request, assigned []stri
 	return accepts, numa, held, nil
 }
 
-// release frees what a pod held, as the kubelet does when it removes the pod.
-func (k *kubeletTruth) release(ids []string, cpus []int) {
-	for _, id := range ids {
-		delete(k.held, id)
-	}
-	for i, c := range cpus {
-		k.node.NUMA[i].ExclusiveCPUs -= c
-	}
-}
-
 // Issue #21 item 3, the unit-level burst: 5 identical Guaranteed pods of 1 card + 6 CPUs on
 // 2 x 16 CPUs, bound back to back before the plugin writes the inventory again. Each pod's cards
 // must be where the kubelet puts them (the kubelet's own replay, kubeletTruth), and a pod the

@@ -160,7 +160,7 @@ func (r *nodeRun) burst(t *testing.T, pods []tmPod, running int) {
 			p.want = wantPending
 			// The extender's reason is the kubelet's refusal (no NUMA node with a card and the
 			// CPUs), not a wait: the wait ends once the kubelet's counts are known.
-			if !strings.Contains(got[i].pendingReason, string(r.node.policy)) {
+			if !strings.Contains(got[i].pendingReason, r.node.policy) {
 				t.Errorf("%s: pod %s Pending with %q, want the kubelet's %s refusal", r.node.name, p.name, got[i].pendingReason, r.node.policy)
 			}
 		}
