@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
-	"github.com/cardinal-gpu/cardinal/test/cluster"
 	"github.com/cardinal-gpu/cardinal/test/e2e/stack"
 )
 
@@ -30,30 +29,11 @@ import (
 //     created at once after it must go to NUMA 1.
 func TestTopologyBursts(t *testing.T) {
 	started := time.Now()
-	root, err := stack.Root()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
 	nodes := []tmNode{
 		{"tm-single", annotations.TopologyPolicySingleNUMANode, annotations.TopologyScopeContainer},
 		{"tm-single-pod", annotations.TopologyPolicySingleNUMANode, annotations.TopologyScopePod},
 	}
-	var specs []stack.NodeSpec
-	for _, n := range nodes {
-		specs = append(specs, stack.NodeSpec{Name: n.name, Shares: 1, Kubelet: cluster.KubeletSpec{
-			Machine:               topologyMachine(),
-			TopologyManagerPolicy: n.policy,
-			TopologyManagerScope:  n.scope,
-			CPUManagerPolicy:      annotations.CPUManagerPolicyStatic,
-			ReservedCPUs:          "0",
-		}})
-	}
-	s := stack.Start(t, stack.Options{Root: root, Bin: binaries, SimFile: topologySim(t, nodes), Nodes: specs})
-	e := &env{Stack: s, client: s.Cluster.Client}
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	checkKubeletInventory(t, e, nodes)
+	e := startTopologyStack(t, nodes)
 	y := &tally{}
 	for _, n := range nodes {
 		t.Run(n.name, func(t *testing.T) {
@@ -166,24 +146,4 @@ func (r *nodeRun) burst(t *testing.T, pods []tmPod, running int) {
 		}
 		r.tally.add(r.mode.name, r.check(t, p, got[i]))
 	}
-}
-
-// deleteAll deletes the run's pods on the node and waits until the API server has none left, but
-// not for the inventory: what comes next is decided while the kubelet may still hold their CPUs.
-func (r *nodeRun) deleteAll(t *testing.T) {
-	t.Helper()
-	sel := metav1.ListOptions{LabelSelector: topologyNodeLabel + "=" + r.node.name}
-	pods := r.e.client.CoreV1().Pods(r.mode.namespace)
-	c, cancel := context.WithTimeout(context.Background(), apiTimeout)
-	defer cancel()
-	if err := pods.DeleteCollection(c, metav1.DeleteOptions{}, sel); err != nil {
-		t.Fatalf("delete pods on %s: %v", r.node.name, err)
-	}
-	stack.Wait(t, runTimeout, "the pods of "+r.node.name+" gone", func() (bool, string, error) {
-		list, err := pods.List(context.Background(), sel)
-		if err != nil {
-			return false, "", err
-		}
-		return len(list.Items) == 0, fmt.Sprintf("%d pods left", len(list.Items)), nil
-	})
 }

@@ -600,6 +600,16 @@ func (r *nodeRun) waitInventoryCPUs(t *testing.T) {
 // run, until the inventory no longer counts their CPUs).
 func (r *nodeRun) cleanup(t *testing.T) {
 	t.Helper()
+	r.deleteAll(t)
+	if r.mode.cardinal {
+		r.waitInventoryCPUs(t)
+	}
+}
+
+// deleteAll deletes the run's pods on the node and waits until the API server has none left, but
+// not for the inventory: what comes next is decided while the kubelet may still hold their CPUs.
+func (r *nodeRun) deleteAll(t *testing.T) {
+	t.Helper()
 	sel := metav1.ListOptions{LabelSelector: topologyNodeLabel + "=" + r.node.name}
 	pods := r.e.client.CoreV1().Pods(r.mode.namespace)
 	c, cancel := context.WithTimeout(context.Background(), apiTimeout)
@@ -614,9 +624,34 @@ func (r *nodeRun) cleanup(t *testing.T) {
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d pods left", len(list.Items)), nil
 	})
-	if r.mode.cardinal {
-		r.waitInventoryCPUs(t)
+}
+
+// startTopologyStack starts the stack with one kubelet per node: the emulated 2-NUMA machine, the
+// node's TopologyManager policy and scope, the static CPU manager with CPU 0 reserved, and checks
+// that each node's inventory carries its kubelet's facts.
+func startTopologyStack(t *testing.T, nodes []tmNode) *env {
+	t.Helper()
+	root, err := stack.Root()
+	if err != nil {
+		t.Fatalf("%v", err)
 	}
+	var specs []stack.NodeSpec
+	for _, n := range nodes {
+		specs = append(specs, stack.NodeSpec{Name: n.name, Shares: 1, Kubelet: cluster.KubeletSpec{
+			Machine:               topologyMachine(),
+			TopologyManagerPolicy: n.policy,
+			TopologyManagerScope:  n.scope,
+			CPUManagerPolicy:      annotations.CPUManagerPolicyStatic,
+			ReservedCPUs:          "0",
+		}})
+	}
+	s := stack.Start(t, stack.Options{Root: root, Bin: binaries, SimFile: topologySim(t, nodes), Nodes: specs})
+	e := &env{Stack: s, client: s.Cluster.Client}
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	checkKubeletInventory(t, e, nodes)
+	return e
 }
 
 // podName is the name of a scenario pod on this run's node: the nodes share the namespace.

@@ -11,10 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
-	"github.com/cardinal-gpu/cardinal/test/cluster"
 	"github.com/cardinal-gpu/cardinal/test/e2e/stack"
 )
 
@@ -126,27 +124,8 @@ func sharedScenarios(t *testing.T, r *nodeRun) {
 // CPUs on its cards' NUMA node.
 func TestTopology(t *testing.T) {
 	started := time.Now()
-	root, err := stack.Root()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
 	nodes := topologyNodes()
-	var specs []stack.NodeSpec
-	for _, n := range nodes {
-		specs = append(specs, stack.NodeSpec{Name: n.name, Shares: 1, Kubelet: cluster.KubeletSpec{
-			Machine:               topologyMachine(),
-			TopologyManagerPolicy: n.policy,
-			TopologyManagerScope:  n.scope,
-			CPUManagerPolicy:      annotations.CPUManagerPolicyStatic,
-			ReservedCPUs:          "0",
-		}})
-	}
-	s := stack.Start(t, stack.Options{Root: root, Bin: binaries, SimFile: topologySim(t, nodes), Nodes: specs})
-	e := &env{Stack: s, client: s.Cluster.Client}
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	checkKubeletInventory(t, e, nodes)
+	e := startTopologyStack(t, nodes)
 
 	y := &tally{}
 	perNode := func(mode runMode, f func(*testing.T, *nodeRun)) func(*testing.T) {
@@ -171,7 +150,7 @@ func TestTopology(t *testing.T) {
 	t.Run("cardinal/shared slots", perNode(modeCardinal, sharedScenarios))
 	alive("Cardinal's shared-slot scenarios")
 
-	startPlainScheduler(t, s.Cluster)
+	startPlainScheduler(t, e.Cluster)
 	t.Run("plain/shared slots", perNode(modePlain, sharedScenarios))
 	alive("the plain shared-slot scenarios")
 	setShares(t, e, nodes, 1)
