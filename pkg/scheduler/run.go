@@ -243,11 +243,27 @@ func Run(ctx context.Context, cfg Config) error {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	return shutdown(ctx, log, servers, shutdownGrace)
+}
+
+// shutdownGrace is how long Run lets requests in progress finish when it stops.
+const shutdownGrace = 5 * time.Second
+
+// shutdown stops the servers gracefully: requests in progress get grace to finish. Connections still
+// open after it are closed: kube-scheduler may have just opened one that carries no request yet, and
+// net/http waits for such a connection as long as for a request in progress. Closing them is how the
+// stop ends, not a failure; errors other than the grace running out are returned.
+func shutdown(ctx context.Context, log logr.Logger, servers []*http.Server, grace time.Duration) error {
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	var errs []error
 	for _, s := range servers {
-		if err := s.Shutdown(shutdownCtx); err != nil {
+		err := s.Shutdown(shutdownCtx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			log.Info("connections still open after the shutdown grace; closing them", "grace", grace)
+			err = s.Close()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("shutdown: %w", err))
 		}
 	}
