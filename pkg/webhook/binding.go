@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -103,12 +102,7 @@ var _ admission.Handler = (*BindingHandler)(nil)
 
 // NewBindingHandler builds a BindingHandler. metrics may be nil.
 func NewBindingHandler(rules *Rules, pods corev1client.PodsGetter, metrics *Metrics) *BindingHandler {
-	scheme := runtime.NewScheme()
-	// Registering a built-in type only fails on a programming error.
-	if err := corev1.AddToScheme(scheme); err != nil {
-		panic(fmt.Sprintf("registering built-in types: %v", err))
-	}
-	return &BindingHandler{rules: rules, pods: pods, metrics: metrics, decoder: admission.NewDecoder(scheme)}
+	return &BindingHandler{rules: rules, pods: pods, metrics: metrics, decoder: coreDecoder()}
 }
 
 // Webhook wraps the handler in controller-runtime's admission.Webhook.

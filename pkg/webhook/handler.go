@@ -32,12 +32,7 @@ var _ admission.Handler = (*Handler)(nil)
 
 // NewHandler builds a Handler. metrics may be nil.
 func NewHandler(rules *Rules, cards CardSource, metrics *Metrics) *Handler {
-	scheme := runtime.NewScheme()
-	// Registering a built-in type only fails on a programming error.
-	if err := corev1.AddToScheme(scheme); err != nil {
-		panic(fmt.Sprintf("registering built-in types: %v", err))
-	}
-	return &Handler{rules: rules, cards: cards, metrics: metrics, decoder: admission.NewDecoder(scheme)}
+	return &Handler{rules: rules, cards: cards, metrics: metrics, decoder: coreDecoder()}
 }
 
 // Webhook wraps the handler in controller-runtime's admission.Webhook, whose per-request logger
@@ -121,4 +116,14 @@ func (h *Handler) denied(err error) (admission.Response, Outcome, Reason) {
 		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
 	}
 	return admission.Denied(d.Error()), OutcomeDenied, d.Reason
+}
+
+// coreDecoder decodes the built-in types the handlers admit (pods, Bindings).
+func coreDecoder() admission.Decoder {
+	scheme := runtime.NewScheme()
+	// Registering a built-in type only fails on a programming error.
+	if err := corev1.AddToScheme(scheme); err != nil {
+		panic(fmt.Sprintf("registering built-in types: %v", err))
+	}
+	return admission.NewDecoder(scheme)
 }
