@@ -315,6 +315,12 @@ func kubeletConfig(port, healthzPort int, criEndpoint string, overrides ...map[s
 		"failCgroupV1":             false,
 		"containerRuntimeEndpoint": criEndpoint,
 		"staticPodPath":            "",
+		// Kubelet 1.34 writes the ephemeral-storage capacity into the container manager's map when
+		// that manager starts, while DRA's startup goroutine may already read the same map for the
+		// first node status: "concurrent map iteration and map write" killed a CI kubelet at start
+		// (kubernetes/kubernetes PR 119637, never merged). Without local storage isolation the map
+		// is never written after construction; nothing here requests ephemeral storage.
+		"localStorageCapacityIsolation": false,
 	})
 	return yaml.Marshal(cfg)
 }
