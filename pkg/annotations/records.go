@@ -25,6 +25,9 @@ type GPU struct {
 	Healthy bool `json:"healthy"`
 	// Shares is how many pods may share the card; 1 means whole-card use only.
 	Shares int `json:"shares"`
+	// MIG is set when the card is in MIG mode (now or after its next reset): it then serves its MIG
+	// instances, never itself whole, and Healthy is false. Added in v1 without a version change.
+	MIG *MIG `json:"mig,omitempty"`
 }
 
 // DeviceIDs returns the IDs the device plugin advertises for the card: the UUID when it is not
@@ -87,6 +90,10 @@ type DeviceAssignment struct {
 	ID        string `json:"id"`
 	MemoryMiB int64  `json:"memoryMiB"`
 	Cores     int    `json:"cores"`
+	// Parent and Profile are set for a MIG instance (UUID and ID are then its MIG UUID): the card it
+	// is on and its profile. Added in v1 without a version change.
+	Parent  string `json:"parent,omitempty"`
+	Profile string `json:"profile,omitempty"`
 }
 
 // IDs returns the container's device IDs in order.
@@ -210,6 +217,18 @@ func (inv *Inventory) validate() error {
 			return errorf(GPUInventory, "gpus[%d].shares: %d is not in 1..1024", i, g.Shares)
 		}
 	}
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if g.MIG == nil {
+			continue
+		}
+		if g.Healthy {
+			return errorf(GPUInventory, "gpus[%d]: healthy while in MIG mode (a card in MIG mode is never served whole)", i)
+		}
+		if err := g.MIG.validate(i, seen); err != nil {
+			return err
+		}
+	}
 	if inv.Sharing != nil {
 		if err := inv.Sharing.validate(); err != nil {
 			return err
@@ -299,6 +318,20 @@ func (a *Assignment) validate() error {
 			}
 			if d.Cores < 0 || d.Cores > 100 {
 				return errorf(GPUAssignment, "containers[%d].devices[%d].cores: %d is not in 0..100", i, j, d.Cores)
+			}
+			if (d.Parent == "") != (d.Profile == "") {
+				return errorf(GPUAssignment, "containers[%d].devices[%d]: parent %q and profile %q come together (a MIG instance names both)", i, j, d.Parent, d.Profile)
+			}
+			if d.Profile != "" {
+				if !ValidMIGProfile(d.Profile) {
+					return errorf(GPUAssignment, "containers[%d].devices[%d].profile: %q is not a MIG profile", i, j, d.Profile)
+				}
+				if err := checkUUID(d.Parent); err != nil || d.Parent == d.UUID {
+					return errorf(GPUAssignment, "containers[%d].devices[%d].parent: %q is not the card of instance %s", i, j, d.Parent, d.UUID)
+				}
+				if d.ID != d.UUID {
+					return errorf(GPUAssignment, "containers[%d].devices[%d]: MIG instance %s has device ID %q (a MIG instance is served by its UUID)", i, j, d.UUID, d.ID)
+				}
 			}
 		}
 	}

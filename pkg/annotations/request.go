@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,7 +37,14 @@ type ContainerRequest struct {
 	MemoryPercent int
 	// Cores is the percentage of each card's compute wanted; 100 means the card alone.
 	Cores int
+	// MIGProfile is set when the container asks for MIG instances instead of cards: the profile key
+	// (MIGProfileKey) of its one MIG resource, e.g. "1g.10gb" for nvidia.com/mig-1g.10gb; Count is
+	// then the number of instances, and Shared is false (an instance is held whole).
+	MIGProfile string
 }
+
+// MIG reports whether the container asks for MIG instances.
+func (r *ContainerRequest) MIG() bool { return r.MIGProfile != "" }
 
 // Exclusive reports whether every card of the container must have nothing else on it.
 func (r *ContainerRequest) Exclusive() bool { return !r.Shared || r.Cores == 100 }
@@ -66,7 +74,7 @@ func (r *ContainerRequest) CoresOn() int {
 // either could take the other's cards (their selectors are compared by the caller).
 func (r *ContainerRequest) Interchangeable(o *ContainerRequest) bool {
 	return r.Count == o.Count && r.Shared == o.Shared && r.MemoryMiB == o.MemoryMiB &&
-		r.MemoryPercent == o.MemoryPercent && r.Cores == o.Cores
+		r.MemoryPercent == o.MemoryPercent && r.Cores == o.Cores && r.MIGProfile == o.MIGProfile
 }
 
 // PodRequest is every GPU container of a pod: init containers first, in order, then app containers.
@@ -234,6 +242,9 @@ func HasManagedResource(pod *corev1.Pod, names ResourceNames) bool {
 					return true
 				}
 			}
+			if len(names.migResourcesOf(&cs[i])) > 0 {
+				return true
+			}
 		}
 		return false
 	}
@@ -280,10 +291,57 @@ func ParseContainerRequest(c *corev1.Container, names ResourceNames) (ContainerR
 				Reason: fmt.Sprintf("0 while %s asks for a share of a card; set %s: 1 or more", share, names.GPU)})
 		}
 	}
+	if migs := names.migResourcesOf(c); len(migs) > 0 {
+		errs = append(errs, r.readMIG(c, names, migs, count > 0 || r.Shared)...)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return ContainerRequest{Name: c.Name}, err
 	}
 	return r, nil
+}
+
+// readMIG sets Count and MIGProfile from the container's one MIG resource. A container takes
+// instances of one profile and no cards: NVIDIA's mixed strategy would let it ask for several
+// profiles, but one container on two instances sees two CUDA devices of unequal size, which no
+// framework splits work across well, and mixing cards and instances in one container is refused for
+// the same reason.
+func (r *ContainerRequest) readMIG(c *corev1.Container, names ResourceNames, migs []corev1.ResourceName, cards bool) []error {
+	if len(migs) > 1 {
+		return []error{&Error{Container: c.Name, Key: string(migs[1]),
+			Reason: fmt.Sprintf("asks for a second MIG profile beside %s; a container takes instances of one profile (split it into containers)", migs[0])}}
+	}
+	if cards {
+		return []error{&Error{Container: c.Name, Key: string(migs[0]),
+			Reason: fmt.Sprintf("cannot be combined with %s, %s, %s or %s in one container (a container takes whole cards, shares of cards, or MIG instances)", names.GPU, names.Mem, names.MemPercentage, names.Cores)}}
+	}
+	key, _ := names.MIGProfileKeyOf(migs[0])
+	if !validMIGProfileKey(key) {
+		return []error{&Error{Container: c.Name, Key: string(migs[0]),
+			Reason: fmt.Sprintf("%q is not a MIG profile (resources are named like %s, %s)", key, names.MIGResource("1g.10gb"), names.MIGResource("3g.40gb+me"))}}
+	}
+	n, _, err := quantity(c, migs[0], 0, MaxGPUsPerContainer)
+	if err != nil {
+		err.Container = c.Name
+		return []error{err}
+	}
+	if n > 0 {
+		r.Count, r.MIGProfile = int(n), key
+	}
+	return nil
+}
+
+// migResourcesOf lists the MIG resources the container names in its limits or requests, sorted.
+func (n ResourceNames) migResourcesOf(c *corev1.Container) []corev1.ResourceName {
+	var out []corev1.ResourceName
+	for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+		for name := range l {
+			if n.IsMIGResource(name) && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // sharedKeys names the resource that makes a request a share, for an error message.

@@ -37,6 +37,27 @@ type Card struct {
 	Fault string
 	// MIG is the card's MIG mode; the zero value (disabled) for cards without MIG.
 	MIG MIGMode
+	// Instances are the card's MIG devices when MIG mode is in force (MIG.Current), in NVML's
+	// order; empty otherwise.
+	Instances []MIGInstance
+}
+
+// MIGInstance is one MIG device (a compute instance inside a GPU instance) of a card in MIG mode.
+type MIGInstance struct {
+	// UUID is the MIG device's UUID, MIG-….
+	UUID string
+	// Profile is the profile as nvidia-smi names it: 1g.10gb, 3g.40gb, 1g.10gb+me, and
+	// <c>c.<profile> for a compute instance smaller than its GPU instance.
+	Profile string
+	// GI and CI are the GPU instance and compute instance IDs; Start and Size the GPU instance's
+	// placement in memory slices.
+	GI, CI, Start, Size int
+	// MemoryMiB is the instance's memory; SMs its multiprocessor count.
+	MemoryMiB int64
+	SMs       int
+	// Fault says why the instance is not usable (an XID on it, NVML errors describing it); empty
+	// for a sound instance.
+	Fault string
 }
 
 // MIGMode is a card's MIG (Multi-Instance GPU) mode as NVML's GetMigMode reports it. A card whose
