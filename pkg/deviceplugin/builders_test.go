@@ -68,6 +68,9 @@ type ctr struct {
 	init   bool
 	memMiB int64
 	cores  int
+	// mig is the MIG profile the container asks instances of ("": cards); its ids are then MIG
+	// UUIDs of migCards' instances.
+	mig string
 }
 
 // podBuilder builds a pod bound to testNode.
@@ -133,6 +136,9 @@ func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
 			n = len(c.ids)
 		}
 		limits := corev1.ResourceList{annotations.ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+		if c.mig != "" {
+			limits = corev1.ResourceList{annotations.DefaultResourceNames().MIGResource(c.mig): *resource.NewQuantity(int64(n), resource.DecimalSI)}
+		}
 		if c.memMiB > 0 {
 			limits[annotations.ResourceGPUMem] = *resource.NewQuantity(c.memMiB, resource.DecimalSI)
 		}
@@ -150,6 +156,10 @@ func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
 		}
 		ca := annotations.ContainerAssignment{Name: c.name, Init: c.init}
 		for _, id := range c.ids {
+			if c.mig != "" {
+				ca.Devices = append(ca.Devices, annotations.DeviceAssignment{UUID: id, ID: id, Parent: migParentOf(id), Profile: c.mig})
+				continue
+			}
 			u, _, err := annotations.ParseDeviceID(id)
 			if err != nil {
 				t.Fatal(err)

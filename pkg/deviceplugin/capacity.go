@@ -15,9 +15,10 @@ type use struct {
 	Exclusive bool
 }
 
-// cardLoads is what the pods on this node reserve on each card, by card (deviceTable.cards index)
-// and pod. A pod's containers on one card count once, at the largest of their reservations: an app
-// container reuses its init container's cards, so summing would count the same card use twice.
+// cardLoads is what the pods on this node reserve on each card, by unit (deviceTable.unit: a card's
+// index in deviceTable.cards, or a MIG instance) and pod. A pod's containers on one card count
+// once, at the largest of their reservations: an app container reuses its init container's cards,
+// so summing would count the same card use twice. A MIG instance is always held whole.
 type cardLoads map[int]map[*podEntry]use
 
 // heldIDs are the IDs a container holds or is about to hold: what the kubelet gave it (as this
@@ -33,8 +34,12 @@ func heldIDs(h *holder) []string {
 	return h.ids()
 }
 
-// demand is what container h reserves on card c when it holds it.
+// demand is what container h reserves on unit c (a card, or a MIG instance: held whole) when it
+// holds it.
 func demand(t *deviceTable, h *holder, c int) use {
+	if t.instanceOf(c) != nil {
+		return use{Exclusive: true}
+	}
 	card := &t.cards[c]
 	if h.Assigned != nil {
 		for _, d := range h.Assigned.Devices {
@@ -54,14 +59,14 @@ func demand(t *deviceTable, h *holder, c int) use {
 
 func loadsOf(t *deviceTable, holders []holder) cardLoads { return loadsOn(t, holders, nil) }
 
-// loadsOn is loadsOf for the cards of ids only (all cards when ids is nil): Allocate judges those.
+// loadsOn is loadsOf for the units of ids only (all units when ids is nil): Allocate judges those.
 func loadsOn(t *deviceTable, holders []holder, ids []string) cardLoads {
 	var only map[int]bool
 	if ids != nil {
 		only = make(map[int]bool, len(ids))
 		for _, id := range ids {
 			if d, ok := t.devices[id]; ok {
-				only[d.Card] = true
+				only[t.unit(d)] = true
 			}
 		}
 	}
@@ -70,23 +75,37 @@ func loadsOn(t *deviceTable, holders []holder, ids []string) cardLoads {
 		h := &holders[i]
 		for _, id := range heldIDs(h) {
 			d, ok := t.devices[id]
-			if !ok || (only != nil && !only[d.Card]) {
+			if !ok || (only != nil && !only[t.unit(d)]) {
 				continue
 			}
-			u := demand(t, h, d.Card)
-			if l[d.Card] == nil {
-				l[d.Card] = map[*podEntry]use{}
+			c := t.unit(d)
+			u := demand(t, h, c)
+			if l[c] == nil {
+				l[c] = map[*podEntry]use{}
 			}
-			prev := l[d.Card][h.Pod]
-			l[d.Card][h.Pod] = use{MemoryMiB: max(prev.MemoryMiB, u.MemoryMiB), Cores: max(prev.Cores, u.Cores), Exclusive: prev.Exclusive || u.Exclusive}
+			prev := l[c][h.Pod]
+			l[c][h.Pod] = use{MemoryMiB: max(prev.MemoryMiB, u.MemoryMiB), Cores: max(prev.Cores, u.Cores), Exclusive: prev.Exclusive || u.Exclusive}
 		}
 	}
 	return l
 }
 
-// misfit says why container h cannot have card c besides what other pods reserve there; "" when it
-// fits (memory, cores, and exclusivity both ways).
+// misfit says why container h cannot have unit c besides what other pods reserve there; "" when it
+// fits (memory, cores, and exclusivity both ways; a MIG instance: nobody else holds it).
 func (l cardLoads) misfit(t *deviceTable, h *holder, c int) string {
+	if m := t.instanceOf(c); m != nil {
+		var others []string
+		for pod := range l[c] {
+			if pod != h.Pod {
+				others = append(others, pod.key())
+			}
+		}
+		if len(others) == 0 {
+			return ""
+		}
+		slices.Sort(others)
+		return fmt.Sprintf("MIG instance %s (%s on card %s) is held by pod %s", m.Instance.UUID, m.Instance.Profile, t.cards[m.Parent].UUID, strings.Join(others, ", "))
+	}
 	want := demand(t, h, c)
 	card := &t.cards[c]
 	var mem int64

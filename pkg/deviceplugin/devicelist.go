@@ -216,11 +216,17 @@ func (v *cdiDeviceIDValue) Set(s string) error {
 	return nil
 }
 
-// listedCard is one card of a container as the device list names it.
+// listedCard is one card (or MIG instance) of a container as the device list names it.
 type listedCard struct {
+	// UUID is the card's UUID, or the instance's MIG UUID.
 	UUID string
 	// Index is the card's NVML index (the name of its CDI device under the index strategy).
 	Index int
+	// MIG is true for a MIG instance: its CDI device is named <kind>=<MIG UUID> under either
+	// strategy. The index name <kind>=<gpu>:<mig> takes NVML's MIG device slot, which the plugin
+	// does not keep, so MIG nodes need a CDI spec that names devices by UUID (nvidia-ctk cdi
+	// generate --device-name-strategy=uuid).
+	MIG bool
 }
 
 // mount is one bind mount of the volume-mounts strategy.
@@ -268,7 +274,7 @@ func listDevices(c DeviceListConfig, cards []listedCard, key string) deviceListi
 	names := make([]string, len(cards))
 	for i, card := range cards {
 		id := card.UUID
-		if c.CDIDeviceIDStrategy == CDIDeviceIDIndex {
+		if c.CDIDeviceIDStrategy == CDIDeviceIDIndex && !card.MIG {
 			id = fmt.Sprint(card.Index)
 		}
 		names[i] = c.CDIKind + "=" + id

@@ -4,19 +4,23 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
 )
 
-// advertised is one device ID the plugin advertises: a whole card, or one share slot of a card.
+// advertised is one device ID the plugin advertises: a whole card, one share slot of a card, or a
+// MIG instance of a card (mig.go).
 type advertised struct {
 	ID string
-	// Card indexes deviceTable.cards.
+	// Card indexes deviceTable.cards: the card, or the instance's parent.
 	Card int
-	// Slot is the share slot, -1 for a whole card.
+	// Slot is the share slot, -1 for a whole card or a MIG instance.
 	Slot int
+	// MIG is the instance, nil for a card or a slot.
+	MIG *migDevice
 }
 
 // deviceTable is the node's cards and the device IDs that stand for them. The set of cards and
@@ -37,6 +41,18 @@ type deviceTable struct {
 	byUUID  map[string]int
 	devices map[string]advertised
 	order   []string
+	// instances are the MIG instances served (mig.go), migOrder their IDs by resource, and
+	// migResources those resources in the order they were first met.
+	instances    []*migDevice
+	migOrder     map[corev1.ResourceName][]string
+	migResources []corev1.ResourceName
+	// sound is each card's own health (no fault, no critical XID), by the index of cards: a card's
+	// Healthy, but for a card in MIG mode (inMIG), which is never healthy as a whole card and whose
+	// soundness is its instances' parent health.
+	sound []bool
+	inMIG []bool
+	// gpu is the GPU resource's name: the resource of cards and share slots.
+	gpu corev1.ResourceName
 }
 
 // newDeviceTable builds the table. A card NVML could not describe (Fault set) starts unhealthy, and so
@@ -144,13 +160,15 @@ func namedCards(cards []nvidia.Card, prev *annotations.Inventory) []nvidia.Card 
 // cudaOrder sorts card UUIDs as CUDA numbers the visible devices with CUDA_DEVICE_ORDER=PCI_BUS_ID:
 // by PCI bus id, which is also NVML's index order; cards whose bus id is unknown by NVML index.
 func (t *deviceTable) cudaOrder(uuids []string) {
-	slices.SortStableFunc(uuids, func(a, b string) int {
-		i, j := t.byUUID[a], t.byUUID[b]
-		if t.bus[i] != "" && t.bus[j] != "" && t.bus[i] != t.bus[j] {
-			return strings.Compare(t.bus[i], t.bus[j])
-		}
-		return t.cards[i].Index - t.cards[j].Index
-	})
+	slices.SortStableFunc(uuids, func(a, b string) int { return t.cudaCompare(t.byUUID[a], t.byUUID[b]) })
+}
+
+// cudaCompare orders cards i and j (indexes of cards) as cudaOrder does.
+func (t *deviceTable) cudaCompare(i, j int) int {
+	if t.bus[i] != "" && t.bus[j] != "" && t.bus[i] != t.bus[j] {
+		return strings.Compare(t.bus[i], t.bus[j])
+	}
+	return t.cards[i].Index - t.cards[j].Index
 }
 
 // setHeld adapts the table to the IDs pods hold (as the kubelet gave them: this process's Allocate

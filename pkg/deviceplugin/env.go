@@ -34,7 +34,11 @@ func containerResponse(t *deviceTable, o outcome, dl DeviceListConfig, sc Sharin
 	uuids := t.visibleUUIDs(o.IDs)
 	cards := make([]listedCard, len(uuids))
 	for i, u := range uuids {
-		cards[i] = listedCard{UUID: u, Index: t.cards[t.byUUID[u]].Index}
+		if c, ok := t.byUUID[u]; ok {
+			cards[i] = listedCard{UUID: u, Index: t.cards[c].Index}
+		} else {
+			cards[i] = listedCard{UUID: u, MIG: true}
+		}
 	}
 	r := &pluginapi.ContainerAllocateResponse{Envs: containerEnv(t, o, uuids)}
 	key := ""
@@ -61,15 +65,34 @@ func shared(o outcome) bool {
 
 // visibleUUIDs are the cards of a container's IDs, each once, in the order CUDA numbers them: the
 // container runtime exposes the cards, and CUDA (told CUDA_DEVICE_ORDER=PCI_BUS_ID) numbers them by
-// PCI bus id, which is NVML's index order too, not in the kubelet's order of IDs.
+// PCI bus id, which is NVML's index order too, not in the kubelet's order of IDs. MIG instances are
+// named by their MIG UUIDs (MIG-…), after any cards, by parent in that order, then in NVML's order
+// on the parent.
 func (t *deviceTable) visibleUUIDs(ids []string) []string {
 	var uuids []string
+	var migs []*migDevice
 	for _, id := range ids {
-		if u := t.card(id).UUID; !slices.Contains(uuids, u) {
+		d := t.devices[id]
+		if d.MIG != nil {
+			if !slices.Contains(migs, d.MIG) {
+				migs = append(migs, d.MIG)
+			}
+			continue
+		}
+		if u := t.cards[d.Card].UUID; !slices.Contains(uuids, u) {
 			uuids = append(uuids, u)
 		}
 	}
 	t.cudaOrder(uuids)
+	slices.SortStableFunc(migs, func(a, b *migDevice) int {
+		if a.Parent != b.Parent {
+			return t.cudaCompare(a.Parent, b.Parent)
+		}
+		return a.index - b.index
+	})
+	for _, m := range migs {
+		uuids = append(uuids, m.Instance.UUID)
+	}
 	return uuids
 }
 

@@ -16,11 +16,16 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
-// kubeletLink serves the plugin on a socket in the kubelet's device-plugin folder and registers it,
-// again whenever the kubelet restarts (it recreates kubelet.sock and wipes the folder).
+// kubeletLink serves one resource of the plugin (Plugin.Server) on a socket of its own in the
+// kubelet's device-plugin folder and registers it, again whenever the kubelet restarts (it
+// recreates kubelet.sock and wipes the folder). The plugin runs one link per resource it serves;
+// each follows this lifecycle on its own.
 type kubeletLink struct {
 	plugin   *Plugin
 	dir      string
@@ -54,6 +59,27 @@ func idOf(path string) (fileID, bool) {
 func socketName(resource string) string {
 	r := strings.NewReplacer("/", "-", ".", "-")
 	return "cardinal-" + r.Replace(resource) + ".sock"
+}
+
+// kubeletLinks are the plugin's registrations: one per resource it serves, each on a socket of its
+// own in dir (the kubelet takes one resource per registration). The set is the node's at start: MIG
+// instances an operator creates or destroys later are served once the plugin restarts (mig.go).
+func kubeletLinks(p *Plugin, dir string, names annotations.ResourceNames, log logr.Logger) []*kubeletLink {
+	var links []*kubeletLink
+	for _, res := range p.Resources() {
+		links = append(links, &kubeletLink{plugin: p, dir: dir, socket: socketFor(names, res), resource: string(res), log: log})
+	}
+	return links
+}
+
+// socketFor is the socket file name of resource res: socketName's for the GPU resource, and
+// cardinal-mig-<profile key>.sock for a MIG resource (the key as it is: replacing its '.' would
+// give 1g.10gb.me and 1g.10gb-me one name).
+func socketFor(names annotations.ResourceNames, res corev1.ResourceName) string {
+	if key, ok := names.MIGProfileKeyOf(res); ok {
+		return "cardinal-mig-" + key + ".sock"
+	}
+	return socketName(string(res))
 }
 
 // run serves and registers until ctx ends.
@@ -93,7 +119,7 @@ func (k *kubeletLink) serve() (*grpc.Server, <-chan error, error) {
 		return nil, nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	srv := grpc.NewServer(recoveryOptions(k.log)...)
-	pluginapi.RegisterDevicePluginServer(srv, k.plugin)
+	pluginapi.RegisterDevicePluginServer(srv, k.plugin.Server(corev1.ResourceName(k.resource)))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	return srv, served, nil
@@ -106,16 +132,16 @@ func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, 
 	var retry <-chan time.Time
 	try := func() {
 		err := k.register(ctx, kubeletSock)
-		k.plugin.metrics.registered(err)
+		k.plugin.metrics.registered(corev1.ResourceName(k.resource), err)
 		if err != nil {
-			k.log.Info("registration with the kubelet failed; will retry", "error", err.Error(), "in", delay.String())
+			k.log.Info("registration with the kubelet failed; will retry", keyResource, k.resource, "error", err.Error(), "in", delay.String())
 			retry = time.After(delay)
 			delay = min(delay*2, 10*time.Second)
 			return
 		}
 		k.registered.Store(true)
 		k.registrations.Add(1)
-		k.log.Info("registered with the kubelet", "resource", k.resource, "socket", k.socket)
+		k.log.Info("registered with the kubelet", keyResource, k.resource, "socket", k.socket)
 		retry = nil
 	}
 	try()
@@ -126,7 +152,7 @@ func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, 
 		case <-retry:
 			try()
 		case err := <-served:
-			k.log.Error(err, "device plugin gRPC server stopped; starting again")
+			k.log.Error(err, "device plugin gRPC server stopped; starting again", keyResource, k.resource)
 			return true
 		case ev, ok := <-w.Events:
 			if !ok {
@@ -143,7 +169,7 @@ func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, 
 					continue
 				}
 				// A new kubelet: it has wiped the folder, so serve a fresh socket and register.
-				k.log.Info("kubelet socket created; registering again")
+				k.log.Info("kubelet socket created; registering again", keyResource, k.resource)
 				return true
 			case ev.Name == filepath.Join(k.dir, k.socket) && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
 				// Our own removal of a stale socket before serving shows up here too, after the new
@@ -151,7 +177,7 @@ func (k *kubeletLink) registerAndWait(ctx context.Context, w *fsnotify.Watcher, 
 				if _, err := os.Stat(ev.Name); err == nil {
 					continue
 				}
-				k.log.Info("plugin socket removed; serving and registering again")
+				k.log.Info("plugin socket removed; serving and registering again", keyResource, k.resource)
 				return true
 			}
 		case err, ok := <-w.Errors:

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
@@ -74,12 +76,14 @@ type outcome struct {
 
 func inFlight(h *holder) bool { return !h.Allocated && h.Pod.Pending && !h.Pod.Gone }
 
-// checkIDs validates one container's IDs: well formed, advertised here, no repeats, distinct cards.
-func checkIDs(t *deviceTable, ids []string) *AllocateError {
+// checkIDs validates one container's IDs: well formed, advertised here under resource res, no
+// repeats, distinct cards (or distinct MIG instances: several instances of one card are distinct
+// devices).
+func checkIDs(t *deviceTable, res corev1.ResourceName, ids []string) *AllocateError {
 	if len(ids) == 0 {
 		return refuse(ReasonInvalidID, nil, "no device IDs in the request")
 	}
-	cards := map[int]string{}
+	units := map[int]string{}
 	for i, id := range ids {
 		if _, _, err := annotations.ParseDeviceID(id); err != nil {
 			return refuse(ReasonInvalidID, nil, "%v", err)
@@ -88,13 +92,16 @@ func checkIDs(t *deviceTable, ids []string) *AllocateError {
 		if !ok {
 			return refuse(ReasonUnknownDevice, nil, "device %s is not advertised by this plugin", id)
 		}
+		if r := t.resourceOf(d); r != res {
+			return refuse(ReasonUnknownDevice, nil, "device %s is advertised as %s, not %s", id, r, res)
+		}
 		if slices.Contains(ids[:i], id) {
 			return refuse(ReasonDuplicateID, nil, "device %s requested twice", id)
 		}
-		if prev, dup := cards[d.Card]; dup {
+		if prev, dup := units[t.unit(d)]; dup {
 			return refuse(ReasonDuplicateID, nil, "devices %s and %s are slots of the same card %s", prev, id, t.cards[d.Card].UUID)
 		}
-		cards[d.Card] = id
+		units[t.unit(d)] = id
 	}
 	return nil
 }
@@ -175,7 +182,7 @@ func preferred(t *deviceTable, holders []holder, available, mustInclude []string
 		// Nobody known: ask for room as a pod Cardinal did not schedule would (whole, free cards).
 		probe = &holder{Pod: &podEntry{}, Name: "?"}
 	}
-	fits := func(d advertised) bool { return !reserved[d.ID] && loads.misfit(t, probe, d.Card) == "" }
+	fits := func(d advertised) bool { return !reserved[d.ID] && loads.misfit(t, probe, t.unit(d)) == "" }
 	return compact(t, available, mustInclude, size, fits), false
 }
 
@@ -188,27 +195,27 @@ func allIn(xs, set []string) bool {
 	return true
 }
 
-// compact picks up to size IDs on distinct cards among those ok accepts: mustInclude first, then
+// compact picks up to size IDs on distinct cards (or distinct MIG instances) among those ok accepts: mustInclude first, then
 // preferably on one NUMA node (the one of mustInclude when it has room, else the one with the fewest
 // acceptable cards that still fits, lowest NUMA index on ties).
 func compact(t *deviceTable, available, mustInclude []string, size int, ok func(advertised) bool) []string {
 	chosen := []string{}
 	used := map[int]bool{}
 	for _, id := range mustInclude {
-		if d, ok := t.devices[id]; ok && !used[d.Card] && len(chosen) < size {
+		if d, ok := t.devices[id]; ok && !used[t.unit(d)] && len(chosen) < size {
 			chosen = append(chosen, id)
-			used[d.Card] = true
+			used[t.unit(d)] = true
 		}
 	}
-	// Candidates: one ID per card (the best one), grouped by NUMA node.
+	// Candidates: one ID per card or instance (the best one), grouped by NUMA node.
 	best := map[int]advertised{}
 	for _, id := range available {
 		d, known := t.devices[id]
-		if !known || used[d.Card] || slices.Contains(chosen, id) || !ok(d) {
+		if !known || used[t.unit(d)] || slices.Contains(chosen, id) || !ok(d) {
 			continue
 		}
-		if b, seen := best[d.Card]; !seen || better(d, b) {
-			best[d.Card] = d
+		if b, seen := best[t.unit(d)]; !seen || better(d, b) {
+			best[t.unit(d)] = d
 		}
 	}
 	byNUMA := map[int][]advertised{}
@@ -252,10 +259,13 @@ func compact(t *deviceTable, available, mustInclude []string, size int, ok func(
 	return chosen
 }
 
-// better orders candidate IDs: by card index, then slot.
+// better orders candidate IDs: by card index, then slot, then MIG instance in NVML's order.
 func better(a, b advertised) bool {
-	if a.Card != b.Card {
+	switch {
+	case a.Card != b.Card:
 		return a.Card < b.Card
+	case a.MIG != nil && b.MIG != nil:
+		return a.MIG.index < b.MIG.index
 	}
 	return a.Slot < b.Slot
 }

@@ -3,6 +3,8 @@ package deviceplugin
 import (
 	"fmt"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Who owns the IDs of an Allocate call (DESIGN.md, "How Allocate knows the pod").
@@ -73,6 +75,8 @@ func firstOf(c *holder, cands []*holder) bool {
 // such a container is never served, and never served as a pod Cardinal did not schedule.
 func unusable(h *holder) string {
 	switch {
+	case h.Mixed != "":
+		return h.Mixed
 	case !h.Pod.HasAssignment || h.Assigned != nil:
 		return ""
 	case h.Pod.AssignmentErr != nil:
@@ -83,14 +87,14 @@ func unusable(h *holder) string {
 
 // resolve finds the container a set of device IDs belongs to (see above). holders are every GPU
 // container of the pods bound to this node, in admittedBefore's order.
-func resolve(t *deviceTable, holders []holder, ids []string) (outcome, *AllocateError) {
-	if err := checkIDs(t, ids); err != nil {
+func resolve(t *deviceTable, res corev1.ResourceName, holders []holder, ids []string) (outcome, *AllocateError) {
+	if err := checkIDs(t, res, ids); err != nil {
 		return outcome{}, err
 	}
 	first, certain, cands := admittingNext(holders, len(ids))
 	if first == nil {
-		return outcome{}, refuse(ReasonNoOwner, nil, "devices %s match no assignment, and no container in flight on this node asks for %d device(s) next%s",
-			strings.Join(ids, ","), len(ids), malformedHint(holders))
+		return outcome{}, refuse(ReasonNoOwner, nil, "devices %s match no assignment, and no container in flight on this node asks for %d device(s) of %s next%s",
+			strings.Join(ids, ","), len(ids), res, malformedHint(holders))
 	}
 	loads := loadsOn(t, holders, ids)
 	if certain {
@@ -150,6 +154,10 @@ func served(h *holder, ids []string) outcome {
 // on each card); other IDs as a substitute; a pod Cardinal did not schedule whole free cards nobody
 // in flight is assigned.
 func judge(t *deviceTable, holders []holder, loads cardLoads, owner *holder, ids []string) *AllocateError {
+	if owner.Mixed != "" {
+		return refuse(ReasonUnusable, []*podEntry{owner.Pod}, "the kubelet is admitting %s (devices %s), but it cannot be served: %s",
+			owner, strings.Join(ids, ","), owner.Mixed)
+	}
 	if why := unusable(owner); why != "" {
 		return refuse(ReasonUnusable, []*podEntry{owner.Pod}, "the kubelet is admitting %s (devices %s), but its assignment cannot be used: %s",
 			owner, strings.Join(ids, ","), why)

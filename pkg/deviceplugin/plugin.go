@@ -76,6 +76,9 @@ type Plugin struct {
 
 var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
 
+// keyResource is the log key of the resource a call or a device is about.
+const keyResource = "resource"
+
 type pluginOptions struct {
 	Node          string
 	Names         annotations.ResourceNames
@@ -120,6 +123,7 @@ func newPlugin(o pluginOptions) *Plugin {
 	if p.sharing.enforced() {
 		p.sharingErr = errSharingUnchecked
 	}
+	p.table.addInstances(o.Cards, o.Names)
 	p.metrics.setDevices(p.table)
 	return p
 }
@@ -177,7 +181,7 @@ func (p *Plugin) DeletePod(pod *corev1.Pod) {
 // ListAndWatch when that changes what the kubelet sees.
 func (p *Plugin) refreshHeldLocked() {
 	held := map[string]bool{}
-	for _, h := range p.holdersLocked() {
+	for _, h := range p.holdersLocked("") {
 		for _, id := range h.Held {
 			held[id] = true
 		}
@@ -192,22 +196,25 @@ func (p *Plugin) refreshHeldLocked() {
 // SetHealth applies a health change; it reports whether anything changed. A card that is already
 // unhealthy and now needs a reset counts as a change (the Node's event says so), though what the
 // kubelet sees does not change.
+//
+// ev.UUID names a card or a MIG instance. A card in MIG mode stays unhealthy as a whole card; its
+// health is its instances' (they are advertised unhealthy while it is), so the change reaches the
+// stream of every resource.
 func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
 	p.mu.Lock()
-	i, ok := p.table.byUUID[ev.UUID]
-	if !ok || p.table.cards[i].Healthy == ev.Healthy {
+	ok, changed := p.table.setHealth(ev.UUID, ev.Healthy)
+	if !changed {
 		p.mu.Unlock()
 		if ok && !ev.Healthy && ev.ResetRequired {
 			p.healthChanged(ev)
 		}
 		return false
 	}
-	p.table.cards[i].Healthy = ev.Healthy
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.metrics.setDevices(p.table)
 	p.mu.Unlock()
-	p.log.Info("card health changed", logging.KeyGPU, ev.UUID, "healthy", ev.Healthy, logging.KeyReason, ev.Reason)
+	p.log.Info("device health changed", logging.KeyGPU, ev.UUID, "healthy", ev.Healthy, logging.KeyReason, ev.Reason)
 	p.devicesChanged()
 	p.healthChanged(ev)
 	return true
@@ -240,9 +247,10 @@ func (p *Plugin) Inventory() annotations.Inventory {
 	return inv
 }
 
-// holdersLocked lists every GPU container of the pods on this node, in the order the kubelet admits
-// them (see admittedBefore), containers in the order the kubelet allocates them.
-func (p *Plugin) holdersLocked() []holder {
+// holdersLocked lists every GPU container of the pods on this node that takes devices of resource
+// res ("": of any managed resource), in the order the kubelet admits them (see admittedBefore),
+// containers in the order the kubelet allocates them.
+func (p *Plugin) holdersLocked(res corev1.ResourceName) []holder {
 	pods := make([]*podEntry, 0, len(p.pods))
 	for _, e := range p.pods {
 		if len(e.Order) > 0 && !e.Gone && !p.rejected[e.UID] {
@@ -253,7 +261,10 @@ func (p *Plugin) holdersLocked() []holder {
 	var hs []holder
 	for _, e := range pods {
 		for _, c := range e.Order {
-			h := holder{Pod: e, Name: c.Name, Count: c.Count}
+			if res != "" && c.Resource != res {
+				continue
+			}
+			h := holder{Pod: e, Name: c.Name, Resource: c.Resource, Count: c.Count, Mixed: c.Mixed}
 			if e.Assignment != nil {
 				h.Assigned = e.Assignment.Container(c.Name)
 			}
@@ -277,15 +288,68 @@ func (p *Plugin) MarkSynced() {
 	p.mu.Unlock()
 }
 
+// Resources lists the resources the plugin serves, each registered with the kubelet on a socket of
+// its own: the GPU resource, then one per MIG profile of the node's instances (mig.go). The set is
+// fixed for the plugin's life.
+func (p *Plugin) Resources() []corev1.ResourceName {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.table.resources()
+}
+
+// Server is the device plugin service of one resource: the Plugin itself for the GPU resource.
+// Every resource's service shares the plugin's state (pods, devices, health).
+func (p *Plugin) Server(res corev1.ResourceName) pluginapi.DevicePluginServer {
+	if res == p.names.GPU {
+		return p
+	}
+	return &resourceServer{p: p, res: res}
+}
+
+// resourceServer serves one MIG resource.
+type resourceServer struct {
+	pluginapi.UnimplementedDevicePluginServer
+	p   *Plugin
+	res corev1.ResourceName
+}
+
+var _ pluginapi.DevicePluginServer = (*resourceServer)(nil)
+
+func (s *resourceServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return s.p.GetDevicePluginOptions(ctx, e)
+}
+
+func (s *resourceServer) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	return s.p.listAndWatch(s.res, stream)
+}
+
+func (s *resourceServer) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return s.p.getPreferredAllocation(ctx, s.res, req)
+}
+
+func (s *resourceServer) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	return s.p.allocate(ctx, s.res, req)
+}
+
+func (s *resourceServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return s.p.PreStartContainer(ctx, req)
+}
+
 // GetDevicePluginOptions implements the device plugin API.
 func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
-// ListAndWatch sends the device list, then again after every health change, until the stream ends.
-func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+// ListAndWatch sends the GPU resource's device list, then again after every health change, until
+// the stream ends.
+func (p *Plugin) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	return p.listAndWatch(p.names.GPU, stream)
+}
+
+// listAndWatch is ListAndWatch for resource res: every change of any device wakes every stream.
+func (p *Plugin) listAndWatch(res corev1.ResourceName, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	for {
-		devs, changed := p.currentDevices()
+		devs, changed := p.currentDevices(res)
 		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 			return err
 		}
@@ -298,16 +362,22 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 }
 
 // currentDevices is what ListAndWatch sends now, and the channel closed at the next change.
-func (p *Plugin) currentDevices() ([]*pluginapi.Device, chan struct{}) {
+func (p *Plugin) currentDevices(res corev1.ResourceName) ([]*pluginapi.Device, chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock() // also on a panic: the recovery interceptor keeps the plugin serving
-	return p.table.pluginDevices(p.topology), p.changed
+	return p.table.devicesOf(res, p.topology), p.changed
 }
 
-// GetPreferredAllocation steers the kubelet to the assigned IDs (see preferred).
+// GetPreferredAllocation steers the kubelet to the assigned IDs of the GPU resource (see preferred).
 func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return p.getPreferredAllocation(ctx, p.names.GPU, req)
+}
+
+// getPreferredAllocation is GetPreferredAllocation for resource res: only containers that take
+// devices of res are candidates.
+func (p *Plugin) getPreferredAllocation(ctx context.Context, res corev1.ResourceName, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	resp := &pluginapi.PreferredAllocationResponse{}
-	holders, _ := p.lockWhenVisible(ctx, p.cacheWait, func(hs []holder) bool {
+	holders, _ := p.lockWhenVisible(ctx, res, p.cacheWait, func(hs []holder) bool {
 		for _, c := range req.ContainerRequests {
 			if !visible(hs, int(c.AllocationSize), nil) {
 				return false
@@ -319,20 +389,26 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 	for _, c := range req.ContainerRequests {
 		ids, fromAssignment := preferred(p.table, holders, c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
-		p.metrics.preferred(fromAssignment)
-		p.log.V(1).Info("preferred allocation", logging.KeyDevices, ids, "fromAssignment", fromAssignment, "size", c.AllocationSize)
+		p.metrics.preferred(res, fromAssignment)
+		p.log.V(1).Info("preferred allocation", keyResource, res, logging.KeyDevices, ids, "fromAssignment", fromAssignment, "size", c.AllocationSize)
 	}
 	return resp, nil
 }
 
-// Allocate finds the container the IDs belong to and returns its environment; the allocation record
-// is written on the pod afterwards, asynchronously.
+// Allocate finds the container the GPU resource's IDs belong to and returns its environment; the
+// allocation record is written on the pod afterwards, asynchronously.
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	return p.allocate(ctx, p.names.GPU, req)
+}
+
+// allocate is Allocate for resource res: the IDs must be devices of res, and only containers that
+// take devices of res are candidates.
+func (p *Plugin) allocate(ctx context.Context, res corev1.ResourceName, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	start := time.Now()
 	resp := &pluginapi.AllocateResponse{}
 	ready := func(hs []holder) bool {
 		for _, c := range req.ContainerRequests {
-			if !visible(hs, len(c.DevicesIds), c.DevicesIds) || unresolved(p.table, hs, c.DevicesIds) {
+			if !visible(hs, len(c.DevicesIds), c.DevicesIds) || unresolved(p.table, res, hs, c.DevicesIds) {
 				return false
 			}
 		}
@@ -341,12 +417,12 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	// IDs that are nobody's assignment are first given a short while to become one: in a burst the
 	// kubelet may be admitting a pod whose binding the informer has not delivered yet, and serving
 	// a visible pod a substitute would hand that pod's cards (and limits) to the wrong container.
-	holders, exact := p.lockWhenVisible(ctx, p.cacheWait/substituteWaitDivisor, func(hs []holder) bool {
+	holders, exact := p.lockWhenVisible(ctx, res, p.cacheWait/substituteWaitDivisor, func(hs []holder) bool {
 		if !ready(hs) {
 			return false
 		}
 		for _, c := range req.ContainerRequests {
-			if substitutes(p.table, hs, c.DevicesIds) {
+			if substitutes(p.table, res, hs, c.DevicesIds) {
 				return false
 			}
 		}
@@ -354,16 +430,16 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	})
 	if !exact && !ready(holders) {
 		p.mu.Unlock()
-		holders, _ = p.lockWhenVisible(ctx, p.cacheWait, ready)
+		holders, _ = p.lockWhenVisible(ctx, res, p.cacheWait, ready)
 	}
-	served, toRecord, aerr := p.serveLocked(holders, req, resp)
+	served, toRecord, aerr := p.serveLocked(res, holders, req, resp)
 	if aerr != nil {
-		p.metrics.allocated(string(aerr.Reason), time.Since(start))
+		p.metrics.allocated(res, string(aerr.Reason), time.Since(start))
 		var ids [][]string
 		for _, c := range req.ContainerRequests {
 			ids = append(ids, c.DevicesIds)
 		}
-		p.log.Error(aerr, "allocate refused", logging.KeyDevices, ids, logging.KeyReason, string(aerr.Reason))
+		p.log.Error(aerr, "allocate refused", keyResource, res, logging.KeyDevices, ids, logging.KeyReason, string(aerr.Reason))
 		p.failed(aerr)
 		return nil, status.Error(codeOf(aerr.Reason), aerr.Error())
 	}
@@ -372,16 +448,16 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		switch {
 		case !o.Owner.Pod.HasAssignment:
 			result = "unmanaged"
-			p.log.Info("allocated to a pod Cardinal did not schedule", logging.KeyPod, o.Owner.Pod.key(), logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
+			p.log.Info("allocated to a pod Cardinal did not schedule", keyResource, res, logging.KeyPod, o.Owner.Pod.key(), logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
 		case !o.Exact:
 			result = "corrected"
-			p.log.Info("allocated other devices than assigned; record corrected", logging.KeyPod, o.Owner.Pod.key(),
+			p.log.Info("allocated other devices than assigned; record corrected", keyResource, res, logging.KeyPod, o.Owner.Pod.key(),
 				logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs, "assigned", o.Owner.ids())
 		default:
-			p.log.Info("allocated", logging.KeyPod, o.Owner.Pod.key(), logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
+			p.log.Info("allocated", keyResource, res, logging.KeyPod, o.Owner.Pod.key(), logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
 		}
 	}
-	p.metrics.allocated(result, time.Since(start))
+	p.metrics.allocated(res, result, time.Since(start))
 	for _, uid := range toRecord {
 		p.record(uid)
 	}
@@ -391,11 +467,11 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 // serveLocked resolves every container request of an Allocate call and fills resp; it unlocks
 // p.mu (also when it panics: the gRPC recovery interceptor then fails the call, and the plugin must
 // go on serving). On success the served containers are recorded locally.
-func (p *Plugin) serveLocked(holders []holder, req *pluginapi.AllocateRequest, resp *pluginapi.AllocateResponse) ([]outcome, []types.UID, *AllocateError) {
+func (p *Plugin) serveLocked(res corev1.ResourceName, holders []holder, req *pluginapi.AllocateRequest, resp *pluginapi.AllocateResponse) ([]outcome, []types.UID, *AllocateError) {
 	defer p.mu.Unlock()
 	var served []outcome
 	for _, c := range req.ContainerRequests {
-		o, aerr := resolve(p.table, holders, c.DevicesIds)
+		o, aerr := resolve(p.table, res, holders, c.DevicesIds)
 		if aerr == nil && p.sharingErr != nil && shared(o) {
 			aerr = refuse(ReasonSharingNotReady, []*podEntry{o.Owner.Pod}, "container %s of pod %s shares its cards, but this node's %s sharing cannot enforce its limits now: %v",
 				o.Owner.Name, o.Owner.Pod.key(), p.sharing.Mode, p.sharingErr)
@@ -458,13 +534,13 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// lockWhenVisible takes p.mu and returns the holders once ready accepts them (true), or once wait
-// has passed (or ctx ended) without that (false). It returns with p.mu held.
-func (p *Plugin) lockWhenVisible(ctx context.Context, wait time.Duration, ready func([]holder) bool) ([]holder, bool) {
+// lockWhenVisible takes p.mu and returns the holders of resource res once ready accepts them
+// (true), or once wait has passed (or ctx ended) without that (false). It returns with p.mu held.
+func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, wait time.Duration, ready func([]holder) bool) ([]holder, bool) {
 	var deadline <-chan time.Time
 	for {
 		p.mu.Lock()
-		hs := p.holdersLocked()
+		hs := p.holdersLocked(res)
 		if ready(hs) {
 			return hs, true
 		}
@@ -482,7 +558,7 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, wait time.Duration, ready 
 		case <-ctx.Done():
 		}
 		p.mu.Lock()
-		hs = p.holdersLocked()
+		hs = p.holdersLocked(res)
 		return hs, ready(hs)
 	}
 }
@@ -491,8 +567,8 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, wait time.Duration, ready 
 // in a burst the kubelet can admit a pod whose binding the plugin's informer has not shown yet, and
 // other in-flight containers of the same size are then visible; Allocate waits (up to cacheWait)
 // for the informer rather than refuse the pod as ambiguous or unowned.
-func unresolved(t *deviceTable, hs []holder, ids []string) bool {
-	_, err := resolve(t, hs, ids)
+func unresolved(t *deviceTable, res corev1.ResourceName, hs []holder, ids []string) bool {
+	_, err := resolve(t, res, hs, ids)
 	return err != nil && (err.Reason == ReasonAmbiguous || err.Reason == ReasonNoOwner)
 }
 
@@ -502,8 +578,8 @@ const substituteWaitDivisor = 5
 
 // substitutes reports whether ids resolve to a Cardinal container whose assignment names other IDs
 // (a substitute), which may instead be a pod the informer has not shown yet.
-func substitutes(t *deviceTable, hs []holder, ids []string) bool {
-	o, err := resolve(t, hs, ids)
+func substitutes(t *deviceTable, res corev1.ResourceName, hs []holder, ids []string) bool {
+	o, err := resolve(t, res, hs, ids)
 	return err == nil && !o.Exact && o.Owner != nil && o.Owner.Assigned != nil
 }
 
@@ -591,8 +667,9 @@ func (p *Plugin) applyPodResources(list *podresourcesapi.ListPodResourcesRespons
 		}
 		for _, c := range pr.GetContainers() {
 			var ids []string
+			// Every managed resource: a container's cards or its MIG instances.
 			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == string(p.names.GPU) {
+				if r := corev1.ResourceName(d.GetResourceName()); r == p.names.GPU || p.names.IsMIGResource(r) {
 					ids = append(ids, d.GetDeviceIds()...)
 				}
 			}

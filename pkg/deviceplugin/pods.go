@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,13 +50,20 @@ type podEntry struct {
 	// Requests are the GPU containers' requests, by name.
 	Requests map[string]annotations.ContainerRequest
 	// Order is the order of the pod's GPU containers (init containers first), with their counts:
-	// the order the kubelet allocates them in.
+	// the order the kubelet allocates them in. A container that names several managed resources
+	// (cards and MIG instances, or two MIG profiles; admission refuses it) is listed once per
+	// resource, with Mixed saying so: it is never served.
 	Order []containerCount
 }
 
 type containerCount struct {
-	Name  string
-	Count int
+	Name string
+	// Resource is the managed resource the container takes devices of (the GPU resource or a MIG
+	// resource); Count how many.
+	Resource corev1.ResourceName
+	Count    int
+	// Mixed is why the container cannot be served ("" when it can): it names several resources.
+	Mixed string
 }
 
 func (e *podEntry) key() string { return e.Namespace + "/" + e.Name }
@@ -117,21 +125,21 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, 
 	e.Selector, e.SelectorErr = annotations.ParseSelector(pod.Annotations)
 	add := func(cs []corev1.Container, init bool) {
 		for i := range cs {
-			q, ok := cs[i].Resources.Limits[names.GPU]
-			if !ok {
-				q, ok = cs[i].Resources.Requests[names.GPU]
-			}
-			if !ok {
+			counts := deviceCounts(&cs[i], names)
+			if len(counts) == 0 {
 				continue
 			}
-			// The count alone, through the contract's parser: a pod Cardinal did not schedule may ask
-			// for more than a Cardinal pod may, and the kubelet still hands it that many devices.
-			v, _, perr := annotations.ParseQuantity(string(names.GPU), q, 0, math.MaxInt32)
-			if perr != nil || v == 0 {
-				continue
+			if len(counts) > 1 {
+				rs := make([]string, len(counts))
+				for j := range counts {
+					rs[j] = string(counts[j].Resource)
+				}
+				why := fmt.Sprintf("container %q asks for %s: a container takes whole cards or instances of one MIG profile", cs[i].Name, strings.Join(rs, " and "))
+				for j := range counts {
+					counts[j].Mixed = why
+				}
 			}
-			n := int(v)
-			e.Order = append(e.Order, containerCount{Name: cs[i].Name, Count: n})
+			e.Order = append(e.Order, counts...)
 			if r, err := annotations.ParseContainerRequest(&cs[i], names); err == nil {
 				r.Init = init
 				e.Requests[cs[i].Name] = r
@@ -143,13 +151,53 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, 
 	return e
 }
 
+// deviceCounts lists the managed resources a container takes devices of (the GPU resource first,
+// then MIG resources by name), with their counts: the count alone, through the contract's parser,
+// since a pod Cardinal did not schedule may ask for more than a Cardinal pod may, and the kubelet
+// still hands it that many devices. Resources named with 0 are left out.
+func deviceCounts(c *corev1.Container, names annotations.ResourceNames) []containerCount {
+	var rs []corev1.ResourceName
+	for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+		for r := range l {
+			if (r == names.GPU || names.IsMIGResource(r)) && !slices.Contains(rs, r) {
+				rs = append(rs, r)
+			}
+		}
+	}
+	slices.SortFunc(rs, func(a, b corev1.ResourceName) int {
+		switch {
+		case a == names.GPU:
+			return -1
+		case b == names.GPU:
+			return 1
+		}
+		return strings.Compare(string(a), string(b))
+	})
+	var out []containerCount
+	for _, r := range rs {
+		q, ok := c.Resources.Limits[r]
+		if !ok {
+			q = c.Resources.Requests[r]
+		}
+		v, _, err := annotations.ParseQuantity(string(r), q, 0, math.MaxInt32)
+		if err != nil || v == 0 {
+			continue
+		}
+		out = append(out, containerCount{Name: c.Name, Resource: r, Count: int(v)})
+	}
+	return out
+}
+
 // holder is one GPU container of a pod on this node.
 type holder struct {
 	Pod *podEntry
 	// Name is the container's name.
 	Name string
-	// Count is how many devices it asks for.
-	Count int
+	// Resource is the managed resource it takes devices of; Count how many it asks for.
+	Resource corev1.ResourceName
+	Count    int
+	// Mixed is why it is never served ("" when it may be): it names several managed resources.
+	Mixed string
 	// Assigned is the container's assignment, nil for pods Cardinal did not schedule.
 	Assigned *annotations.ContainerAssignment
 	// Allocated is true once the kubelet gave it devices (the plugin served Allocate, or the record or

@@ -64,7 +64,8 @@ type Config struct {
 	Topology bool
 	// Listen is the address of /healthz, /readyz and /metrics; empty disables them.
 	Listen string
-	// Names are the managed resource names; the plugin registers Names.GPU.
+	// Names are the managed resource names; the plugin registers Names.GPU, and
+	// Names.MIGResource(profile) for every MIG profile the node's instances have.
 	Names annotations.ResourceNames
 	// SchedulerName is the kube-scheduler profile that runs Cardinal's extender: a pod naming it
 	// that carries no assignment was bound by someone else and is never served.
@@ -219,6 +220,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if r := c.MIG.Reason(); r != "" {
 			log.Info("card found in MIG mode; advertised unhealthy", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, logging.KeyReason, r)
+			for _, in := range c.Instances {
+				log.Info("MIG instance found", keyResource, cfg.Names.MIGResource(in.Profile), "mig", in.UUID, "profile", in.Profile,
+					logging.KeyGPU, c.UUID, "gi", in.GI, "ci", in.CI, "fault", in.Fault)
+			}
 			continue
 		}
 		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
@@ -297,10 +302,16 @@ func Run(ctx context.Context, cfg Config) error {
 	defer podInformers.Shutdown()
 	defer nodeInformers.Shutdown()
 
-	link := &kubeletLink{plugin: p, dir: cfg.DevicePluginDir, socket: socketName(string(cfg.Names.GPU)), resource: string(cfg.Names.GPU),
-		log: log.WithName("kubelet")}
+	links := kubeletLinks(p, cfg.DevicePluginDir, cfg.Names, log.WithName("kubelet"))
 	var synced atomic.Bool
-	ready := func() bool { return synced.Load() && link.registered.Load() }
+	ready := func() bool {
+		for _, l := range links {
+			if !l.registered.Load() {
+				return false
+			}
+		}
+		return synced.Load()
+	}
 
 	if cfg.Listen != "" {
 		l, err := net.Listen("tcp", cfg.Listen)
@@ -358,14 +369,16 @@ func Run(ctx context.Context, cfg Config) error {
 	g.Go(func() error {
 		return reconcileLoop(ctx, p, cfg.PodResourcesSocket, cfg.ReconcileInterval, records.enqueue, firstPass, log.WithName("podresources"))
 	})
-	g.Go(func() error {
-		select {
-		case <-firstPass:
-		case <-ctx.Done():
-			return nil
-		}
-		return link.run(ctx)
-	})
+	for _, link := range links {
+		g.Go(func() error {
+			select {
+			case <-firstPass:
+			case <-ctx.Done():
+				return nil
+			}
+			return link.run(ctx)
+		})
+	}
 	return g.Wait()
 }
 

@@ -26,7 +26,7 @@ func substitute(t *deviceTable, holders []holder, loads cardLoads, owner *holder
 // checkCapacity refuses ids for owner when a card lacks room for it beside the other pods on it.
 func checkCapacity(t *deviceTable, loads cardLoads, owner *holder, ids []string) *AllocateError {
 	for _, id := range ids {
-		if why := loads.misfit(t, owner, t.devices[id].Card); why != "" {
+		if why := loads.misfit(t, owner, t.unit(t.devices[id])); why != "" {
 			return refuse(ReasonCapacity, []*podEntry{owner.Pod}, "the kubelet chose devices %s for %s, but %s", strings.Join(ids, ","), owner, why)
 		}
 	}
@@ -61,7 +61,12 @@ func checkSelector(t *deviceTable, owner *holder, ids []string) *AllocateError {
 		if c == nil {
 			return refuse(ReasonUnknownDevice, []*podEntry{p}, "device %s of %s is not advertised by this plugin", id, owner)
 		}
-		if m := p.Selector.Check(c.Model, c.UUID); m != annotations.MatchOK {
+		if mig := t.devices[id].MIG; mig != nil {
+			if m := checkInstanceSelector(&p.Selector, c.Model, c.UUID, mig.Instance.UUID); m != annotations.MatchOK {
+				return refuse(ReasonSelector, []*podEntry{p}, "the kubelet chose devices %s for %s instead of its assignment %s, but %s refuses %s",
+					strings.Join(ids, ","), owner, strings.Join(owner.ids(), ","), m.Key(), t.describe(t.devices[id]))
+			}
+		} else if m := p.Selector.Check(c.Model, c.UUID); m != annotations.MatchOK {
 			return refuse(ReasonSelector, []*podEntry{p}, "the kubelet chose devices %s for %s instead of its assignment %s, but %s refuses card %s (%s)",
 				strings.Join(ids, ","), owner, strings.Join(owner.ids(), ","), m.Key(), c.UUID, c.Model)
 		}
@@ -78,12 +83,29 @@ func checkSelector(t *deviceTable, owner *holder, ids []string) *AllocateError {
 // request implies: at least its own request (limits follow the request, so less would let the
 // card be over-committed) and at most the largest request among its pod's GPU containers (an ID
 // an init container hands on is reserved at the larger of its and the app containers' requests).
-// A forged assignment naming a whole card for a container that asked for a share is refused here.
+// A forged assignment naming a whole card for a container that asked for a share is refused here,
+// and so is one naming cards for a container that asks for MIG instances, MIG instances for one that
+// asks for cards, or instances of another profile than the container's resource.
 func checkReservation(t *deviceTable, owner *holder) *AllocateError {
 	req, ok := owner.Pod.Requests[owner.Name]
 	if !ok {
 		return refuse(ReasonUnusable, []*podEntry{owner.Pod}, "%s is assigned %s, but its GPU request does not parse",
 			owner, strings.Join(owner.ids(), ","))
+	}
+	for _, d := range owner.Assigned.Devices {
+		dev, known := t.devices[d.ID]
+		isMIG := d.Parent != "" || known && dev.MIG != nil
+		switch {
+		case isMIG && owner.Resource == t.gpu:
+			return refuse(ReasonUnusable, []*podEntry{owner.Pod}, "the assignment of %s names MIG instance %s, but the container asks for %s",
+				owner, d.ID, t.gpu)
+		case !isMIG && owner.Resource != t.gpu:
+			return refuse(ReasonUnusable, []*podEntry{owner.Pod}, "the assignment of %s names card %s, but the container asks for %s",
+				owner, d.ID, owner.Resource)
+		case isMIG && known && dev.MIG.Resource != owner.Resource:
+			return refuse(ReasonUnusable, []*podEntry{owner.Pod}, "the assignment of %s names MIG instance %s, which is served as %s, but the container asks for %s",
+				owner, d.ID, dev.MIG.Resource, owner.Resource)
+		}
 	}
 	for _, d := range owner.Assigned.Devices {
 		c, known := t.byUUID[d.UUID]

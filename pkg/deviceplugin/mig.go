@@ -1,0 +1,213 @@
+package deviceplugin
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+)
+
+// MIG instances as devices. A card in MIG mode (in force) serves its instances, each under the
+// extended resource of its profile (annotations.ResourceNames.MIGResource: nvidia.com/mig-1g.10gb),
+// with its MIG UUID as device ID and its parent's NUMA node as TopologyInfo; the card itself stays
+// advertised Unhealthy under the GPU resource. An instance is one device held whole: it is a unit
+// of its own for every rule that speaks of a card (distinct devices, who holds it), and its
+// parent's model, UUID and NUMA node are what selectors and topology see.
+//
+// The set of instances is read once, at start (static MIG): when an operator reconfigures a card
+// (mig-parted, nvidia-smi), the plugin serves the new instances after it restarts. NVIDIA's MIG
+// manager restarts the device plugins of a node it reconfigures; a reconfiguration done by hand
+// must restart the plugin's pod too. Until then the kubelet keeps the old instances (and Allocate
+// hands out UUIDs NVML no longer knows, which the container runtime then refuses).
+
+// migDevice is one MIG instance the table advertises.
+type migDevice struct {
+	// Instance is the instance as discovery described it; Instance.Healthy is its own health (no
+	// fault, no XID on it), whatever its parent's.
+	Instance annotations.MIGInstance
+	// Resource is the extended resource it is advertised under.
+	Resource corev1.ResourceName
+	// Parent indexes deviceTable.cards; index is the instance's place in deviceTable.instances.
+	Parent, index int
+}
+
+// addInstances adds the MIG instances of the cards whose MIG mode is in force: one device per
+// instance under its profile's resource. Instances without a UUID or with a profile no resource can
+// be named after are left out (discovery reports them).
+func (t *deviceTable) addInstances(cards []nvidia.Card, names annotations.ResourceNames) {
+	t.gpu = names.GPU
+	t.sound = make([]bool, len(t.cards))
+	t.inMIG = make([]bool, len(t.cards))
+	for i := range t.cards {
+		t.sound[i] = t.cards[i].Healthy
+	}
+	t.migOrder = map[corev1.ResourceName][]string{}
+	for _, c := range cards {
+		parent, ok := t.byUUID[c.UUID]
+		if !ok || c.UUID == "" {
+			continue
+		}
+		t.sound[parent], t.inMIG[parent] = c.Fault == "", c.MIG.Enabled()
+		if !c.MIG.Current {
+			continue
+		}
+		for _, in := range c.Instances {
+			if in.UUID == "" || !annotations.ValidMIGProfile(in.Profile) {
+				continue
+			}
+			if _, dup := t.devices[in.UUID]; dup {
+				continue
+			}
+			m := &migDevice{
+				Instance: annotations.MIGInstance{UUID: in.UUID, Profile: in.Profile, GI: in.GI, CI: in.CI, Start: in.Start, Size: in.Size,
+					MemoryMiB: in.MemoryMiB, SMs: in.SMs, Healthy: in.Fault == ""},
+				Resource: names.MIGResource(in.Profile), Parent: parent, index: len(t.instances),
+			}
+			t.instances = append(t.instances, m)
+			t.devices[in.UUID] = advertised{ID: in.UUID, Card: parent, Slot: -1, MIG: m}
+			if _, seen := t.migOrder[m.Resource]; !seen {
+				t.migResources = append(t.migResources, m.Resource)
+			}
+			t.migOrder[m.Resource] = append(t.migOrder[m.Resource], in.UUID)
+		}
+	}
+}
+
+// resources lists every resource the table serves: the GPU resource, then one per MIG profile in
+// the order the cards and their instances list them.
+func (t *deviceTable) resources() []corev1.ResourceName {
+	return append([]corev1.ResourceName{t.gpu}, t.migResources...)
+}
+
+// resourceOf is the resource device d is advertised under.
+func (t *deviceTable) resourceOf(d advertised) corev1.ResourceName {
+	if d.MIG != nil {
+		return d.MIG.Resource
+	}
+	return t.gpu
+}
+
+// unit is what a device stands for, for the rules that count holders and distinct devices: its card
+// (a whole card, or one share slot of it), or, for a MIG instance, the instance itself.
+func (t *deviceTable) unit(d advertised) int {
+	if d.MIG != nil {
+		return len(t.cards) + d.MIG.index
+	}
+	return d.Card
+}
+
+// instanceOf returns the MIG instance a unit stands for, or nil for a card.
+func (t *deviceTable) instanceOf(u int) *migDevice {
+	if u < len(t.cards) {
+		return nil
+	}
+	return t.instances[u-len(t.cards)]
+}
+
+// migHealthy reports whether instance m may be handed out: its own health and its parent's.
+func (t *deviceTable) migHealthy(m *migDevice) bool {
+	return m.Instance.Healthy && t.sound[m.Parent]
+}
+
+// migPluginDevices is the ListAndWatch answer of a MIG resource: its instances, each Unhealthy when
+// it or its parent is, with the parent's NUMA node when topology is on and the node is known.
+func (t *deviceTable) migPluginDevices(resource corev1.ResourceName, topology bool) []*pluginapi.Device {
+	ids := t.migOrder[resource]
+	out := make([]*pluginapi.Device, 0, len(ids))
+	for _, id := range ids {
+		m := t.devices[id].MIG
+		d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+		if !t.migHealthy(m) {
+			d.Health = pluginapi.Unhealthy
+		}
+		if n := t.cards[m.Parent].NUMA; topology && n >= 0 {
+			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(n)}}}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// devicesOf is the ListAndWatch answer of a resource.
+func (t *deviceTable) devicesOf(resource corev1.ResourceName, topology bool) []*pluginapi.Device {
+	if resource == t.gpu {
+		return t.pluginDevices(topology)
+	}
+	return t.migPluginDevices(resource, topology)
+}
+
+// setHealth applies a health change of a card or of a MIG instance (uuid is then its MIG UUID) and
+// reports whether the device it names was found and whether what is advertised changed. A card in
+// MIG mode stays unhealthy as a whole card: its health is its instances' parent health.
+func (t *deviceTable) setHealth(uuid string, healthy bool) (known, changed bool) {
+	if i, ok := t.byUUID[uuid]; ok {
+		if t.sound[i] == healthy {
+			return true, false
+		}
+		t.sound[i] = healthy
+		g := &t.cards[i]
+		if !t.inMIG[i] {
+			g.Healthy = healthy
+		}
+		t.syncInventoryHealth(i)
+		return true, true
+	}
+	d, ok := t.devices[uuid]
+	if !ok || d.MIG == nil {
+		return false, false
+	}
+	if d.MIG.Instance.Healthy == healthy {
+		return true, false
+	}
+	d.MIG.Instance.Healthy = healthy
+	t.syncInventoryHealth(d.MIG.Parent)
+	return true, true
+}
+
+// syncInventoryHealth copies the health of card i's instances into its inventory entry, where the
+// entry lists them.
+func (t *deviceTable) syncInventoryHealth(i int) {
+	g := &t.cards[i]
+	if g.MIG == nil {
+		return
+	}
+	for _, m := range t.instances {
+		if m.Parent != i {
+			continue
+		}
+		if in := g.Instance(m.Instance.UUID); in != nil {
+			in.Healthy = t.migHealthy(m)
+		}
+	}
+}
+
+// checkInstanceSelector is the selector rule for a MIG instance: the type rules match its parent's
+// model; use-gpuuuid accepts it when it names the parent's UUID or the instance's MIG UUID, and
+// nouse-gpuuuid refuses it when it names either.
+func checkInstanceSelector(s *annotations.Selector, model, parent, mig string) annotations.Mismatch {
+	switch m := s.Check(model, parent); m {
+	case annotations.MismatchUseType, annotations.MismatchNoUseType:
+		return m
+	}
+	if len(s.UseUUIDs) > 0 && !slices.Contains(s.UseUUIDs, parent) && !slices.Contains(s.UseUUIDs, mig) {
+		return annotations.MismatchUseUUID
+	}
+	if slices.Contains(s.NoUseUUIDs, parent) || slices.Contains(s.NoUseUUIDs, mig) {
+		return annotations.MismatchNoUseUUID
+	}
+	return annotations.MatchOK
+}
+
+// describe names a device for messages: a card's UUID and model, or an instance's MIG UUID,
+// profile and parent.
+func (t *deviceTable) describe(d advertised) string {
+	c := &t.cards[d.Card]
+	if d.MIG != nil {
+		return fmt.Sprintf("MIG instance %s (%s on %s, %s)", d.MIG.Instance.UUID, d.MIG.Instance.Profile, c.UUID, c.Model)
+	}
+	return fmt.Sprintf("card %s (%s)", c.UUID, c.Model)
+}
