@@ -610,3 +610,77 @@ func TestMIGSubstituteSelectors(t *testing.T) {
 		})
 	}
 }
+
+// Only containers that take devices of the call's resource are candidates: a card container and a
+// MIG container in flight together, in no certain order, are each served their own devices.
+func TestMIGCandidatesByResource(t *testing.T) {
+	p := testPlugin(t, migCards(), 1)
+	for _, b := range twoCreatedTogether(
+		newPod("cards", ctr{name: "main", ids: []string{uuidOf(2)}}),
+		newPod("instances", ctr{name: "main", ids: []string{migUUID(0, 0)}, mig: "1g.10gb"})) {
+		p.UpsertPod(b.obj(t))
+	}
+	for _, c := range []struct {
+		res     corev1.ResourceName
+		id, pod string
+	}{{mig1g, migUUID(0, 0), "instances"}, {gpuRes, uuidOf(2), "cards"}} {
+		if _, err := allocateOn(p, c.res, c.id); err != nil {
+			t.Fatalf("%s: %v", c.res, err)
+		}
+		if got := recordOf(t, p, c.pod)["main"].IDs; !slices.Equal(got, []string{c.id}) {
+			t.Errorf("record of %s: %v, want [%s]", c.pod, got, c.id)
+		}
+	}
+}
+
+// Without an assignment to steer to, the preferred allocation takes distinct instances, several
+// of one parent if need be, on one NUMA node: the parent's.
+func TestMIGPreferredWithoutAssignment(t *testing.T) {
+	p := testPlugin(t, migCards(), 1)
+	p.UpsertPod(newPod("other", ctr{name: "main", count: 3, mig: "1g.10gb"}).unmanaged().obj(t))
+	resp, err := p.Server(mig1g).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+		{AvailableDeviceIDs: []string{migUUID(1, 2), migUUID(0, 4), migUUID(0, 1), migUUID(0, 6)}, AllocationSize: 3},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NUMA 0 (GPU-00) has three of them, NUMA 1 (GPU-01) one.
+	if got, want := resp.ContainerResponses[0].DeviceIDs, []string{"MIG-00-1", "MIG-00-4", "MIG-00-6"}; !slices.Equal(got, want) {
+		t.Errorf("preferred %v, want %v", got, want)
+	}
+}
+
+// Metrics name the resource: Allocate results, and devices by health.
+func TestMIGMetricsNameTheResource(t *testing.T) {
+	p := testPlugin(t, migCards(), 1)
+	p.UpsertPod(newPod("pod", ctr{name: "main", ids: []string{migUUID(1, 1)}, mig: "2g.20gb"}).obj(t))
+	if _, err := allocateOn(p, mig2g, migUUID(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	p.SetHealth(nvidia.HealthEvent{UUID: migUUID(0, 3), Reason: "XID 94"})
+	families, err := p.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			got[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = v
+		}
+	}
+	for k, v := range map[string]float64{
+		"cardinal_device_plugin_allocate_total{resource=nvidia.com/mig-2g.20gb,result=exact}": 1,
+		"cardinal_device_plugin_devices{health=healthy,resource=nvidia.com/mig-1g.10gb}":      7,
+		"cardinal_device_plugin_devices{health=unhealthy,resource=nvidia.com/mig-1g.10gb}":    1,
+		"cardinal_device_plugin_devices{health=unhealthy,resource=nvidia.com/gpu}":            2,
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
