@@ -1,6 +1,6 @@
 // Command device-plugin is Cardinal's node agent: it discovers the node's NVIDIA cards (NVML, or a
-// simulated NVML file), publishes them on the Node, registers them with the kubelet and hands each
-// container exactly the cards the scheduler extender assigned it.
+// simulated NVML file) and their MIG instances, publishes them on the Node, registers them with the
+// kubelet and hands each container exactly the cards or instances the scheduler extender assigned it.
 package main
 
 import (
@@ -25,8 +25,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "Usage: device-plugin [flags]\n\n"+
 			"Cardinal's device plugin. Discovers the node's NVIDIA cards through NVML (or --simulate), writes\n"+
 			"them to the Node annotation cardinal.io/gpu-inventory, registers the GPU resource with the kubelet\n"+
-			"and answers Allocate with the cards cardinal.io/gpu-assignment names, setting NVIDIA_VISIBLE_DEVICES\n"+
-			"and, for shared cards, the limits the node's --sharing-mode enforces (MPS or HAMi-core).\n\nFlags:\n")
+			"(and one MIG resource per profile of the MIG instances found at start, e.g. nvidia.com/mig-1g.10gb)\n"+
+			"and answers Allocate with the cards or instances cardinal.io/gpu-assignment names, setting\n"+
+			"NVIDIA_VISIBLE_DEVICES and, for shared cards, the limits the node's --sharing-mode enforces (MPS or\n"+
+			"HAMi-core). Instances created or destroyed later are served after a restart.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of this node (default $NODE_NAME)")
