@@ -1,6 +1,7 @@
 // Package deviceplugin is Cardinal's node half: it discovers the node's cards through NVML (or the
 // simulated NVML), publishes them on the Node (cardinal.io/gpu-inventory), registers them with the
-// kubelet, and answers the kubelet's GetPreferredAllocation and Allocate with the cards the
+// kubelet (whole cards as the GPU resource, MIG instances as one resource per profile: mig.go), and
+// answers the kubelet's GetPreferredAllocation and Allocate with the cards or instances the
 // scheduler extender assigned (cardinal.io/gpu-assignment), finding the pod by its device IDs. It
 // records what each container got (cardinal.io/gpu-allocated) and reconciles that record with the
 // kubelet's PodResources API.
