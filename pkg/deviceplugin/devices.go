@@ -46,10 +46,8 @@ type deviceTable struct {
 	instances    []*migDevice
 	migOrder     map[corev1.ResourceName][]string
 	migResources []corev1.ResourceName
-	// sound is each card's own health (no fault, no critical XID), by the index of cards: a card's
-	// Healthy, but for a card in MIG mode (inMIG), which is never healthy as a whole card and whose
-	// soundness is its instances' parent health.
-	sound []bool
+	// inMIG says, by the index of cards, that a card is in MIG mode (now or pending): never healthy
+	// as a whole card, whatever its health events say.
 	inMIG []bool
 	// gpu is the GPU resource's name: the resource of cards and share slots.
 	gpu corev1.ResourceName

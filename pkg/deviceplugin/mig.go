@@ -26,8 +26,9 @@ import (
 
 // migDevice is one MIG instance the table advertises.
 type migDevice struct {
-	// Instance is the instance as discovery described it; Instance.Healthy is its own health (no
-	// fault, no XID on it), whatever its parent's.
+	// Instance is the instance as discovery described it; Instance.Healthy is its health: neither
+	// it nor its parent has a fault (at discovery, then as the health watcher reports it: an
+	// instance's events say both).
 	Instance annotations.MIGInstance
 	// Resource is the extended resource it is advertised under.
 	Resource corev1.ResourceName
@@ -36,35 +37,35 @@ type migDevice struct {
 }
 
 // addInstances adds the MIG instances of the cards whose MIG mode is in force: one device per
-// instance under its profile's resource. Instances without a UUID or with a profile no resource can
-// be named after are left out (discovery reports them).
+// instance under its profile's resource. An instance the inventory cannot carry (no UUID, a profile
+// or placement out of the contract's bounds, a UUID already met) is left out: the scheduler never
+// assigns it, so it is not served either (discovery reports it).
 func (t *deviceTable) addInstances(cards []nvidia.Card, names annotations.ResourceNames) {
 	t.gpu = names.GPU
-	t.sound = make([]bool, len(t.cards))
 	t.inMIG = make([]bool, len(t.cards))
-	for i := range t.cards {
-		t.sound[i] = t.cards[i].Healthy
-	}
 	t.migOrder = map[corev1.ResourceName][]string{}
 	for _, c := range cards {
 		parent, ok := t.byUUID[c.UUID]
 		if !ok || c.UUID == "" {
 			continue
 		}
-		t.sound[parent], t.inMIG[parent] = c.Fault == "", c.MIG.Enabled()
+		t.inMIG[parent] = c.MIG.Enabled()
 		if !c.MIG.Current {
 			continue
 		}
+		n := 0
 		for _, in := range c.Instances {
-			if in.UUID == "" || !annotations.ValidMIGProfile(in.Profile) {
+			if in.UUID == "" || !annotations.ValidMIGProfile(in.Profile) || in.GI < 0 || in.CI < 0 || in.Start < 0 || in.Size < 1 ||
+				in.Start+in.Size > 64 || in.MemoryMiB < 0 || in.SMs < 0 || n == annotations.MaxMIGInstances {
 				continue
 			}
 			if _, dup := t.devices[in.UUID]; dup {
 				continue
 			}
+			n++
 			m := &migDevice{
 				Instance: annotations.MIGInstance{UUID: in.UUID, Profile: in.Profile, GI: in.GI, CI: in.CI, Start: in.Start, Size: in.Size,
-					MemoryMiB: in.MemoryMiB, SMs: in.SMs, Healthy: in.Fault == ""},
+					MemoryMiB: in.MemoryMiB, SMs: in.SMs, Healthy: in.Fault == "" && c.Fault == ""},
 				Resource: names.MIGResource(in.Profile), Parent: parent, index: len(t.instances),
 			}
 			t.instances = append(t.instances, m)
@@ -108,11 +109,6 @@ func (t *deviceTable) instanceOf(u int) *migDevice {
 	return t.instances[u-len(t.cards)]
 }
 
-// migHealthy reports whether instance m may be handed out: its own health and its parent's.
-func (t *deviceTable) migHealthy(m *migDevice) bool {
-	return m.Instance.Healthy && t.sound[m.Parent]
-}
-
 // migPluginDevices is the ListAndWatch answer of a MIG resource: its instances, each Unhealthy when
 // it or its parent is, with the parent's NUMA node when topology is on and the node is known.
 func (t *deviceTable) migPluginDevices(resource corev1.ResourceName, topology bool) []*pluginapi.Device {
@@ -121,7 +117,7 @@ func (t *deviceTable) migPluginDevices(resource corev1.ResourceName, topology bo
 	for _, id := range ids {
 		m := t.devices[id].MIG
 		d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
-		if !t.migHealthy(m) {
+		if !m.Instance.Healthy {
 			d.Health = pluginapi.Unhealthy
 		}
 		if n := t.cards[m.Parent].NUMA; topology && n >= 0 {
@@ -142,18 +138,14 @@ func (t *deviceTable) devicesOf(resource corev1.ResourceName, topology bool) []*
 
 // setHealth applies a health change of a card or of a MIG instance (uuid is then its MIG UUID) and
 // reports whether the device it names was found and whether what is advertised changed. A card in
-// MIG mode stays unhealthy as a whole card: its health is its instances' parent health.
+// MIG mode (now or pending) stays unhealthy as a whole card whatever its events say: its faults
+// reach its instances through their own events, which say their card's health too.
 func (t *deviceTable) setHealth(uuid string, healthy bool) (known, changed bool) {
 	if i, ok := t.byUUID[uuid]; ok {
-		if t.sound[i] == healthy {
+		if t.inMIG[i] || t.cards[i].Healthy == healthy {
 			return true, false
 		}
-		t.sound[i] = healthy
-		g := &t.cards[i]
-		if !t.inMIG[i] {
-			g.Healthy = healthy
-		}
-		t.syncInventoryHealth(i)
+		t.cards[i].Healthy = healthy
 		return true, true
 	}
 	d, ok := t.devices[uuid]
@@ -180,7 +172,7 @@ func (t *deviceTable) syncInventoryHealth(i int) {
 			continue
 		}
 		if in := g.Instance(m.Instance.UUID); in != nil {
-			in.Healthy = t.migHealthy(m)
+			in.Healthy = m.Instance.Healthy
 		}
 	}
 }

@@ -465,11 +465,14 @@ func TestMIGMixedContainerRefused(t *testing.T) {
 	}
 }
 
-// An unhealthy instance is advertised Unhealthy on its own resource only; an unhealthy parent makes
-// all its instances Unhealthy, and its recovery does not make the parent a whole card again. Every
-// change wakes every resource's stream.
+// An unhealthy instance is advertised Unhealthy on its own resource only, and every change wakes
+// every resource's stream. A parent in MIG mode stays Unhealthy under the GPU resource whatever
+// its own events say (its faults reach its instances through their events); a parent NVML could
+// not describe at discovery starts with its instances Unhealthy.
 func TestMIGHealth(t *testing.T) {
-	p := testPlugin(t, migCards(), 1)
+	cards := migCards()
+	cards[0].Fault = "get memory of GPU-00: ERROR_UNKNOWN"
+	p := testPlugin(t, cards, 1)
 	health := func() map[corev1.ResourceName]map[string]string {
 		out := map[corev1.ResourceName]map[string]string{}
 		for _, res := range p.Resources() {
@@ -483,6 +486,30 @@ func TestMIGHealth(t *testing.T) {
 		}
 		return out
 	}
+	down := map[string]string{}
+	for k := range 7 {
+		down[migUUID(0, k)] = pluginapi.Unhealthy
+	}
+	want := map[corev1.ResourceName]map[string]string{
+		gpuRes: {"GPU-00": pluginapi.Unhealthy, "GPU-01": pluginapi.Unhealthy},
+		mig1g:  down, mig2g: {}, mig3g: {},
+	}
+	if diff := cmp.Diff(want, health()); diff != "" {
+		t.Errorf("at start (-want +got):\n%s", diff)
+	}
+
+	// The inventory lists GPU-01's instances (as discovery's conversion writes them).
+	p.mu.Lock()
+	p.table.cards[1].MIG = &annotations.MIG{Mode: annotations.MIGEnabled}
+	for _, in := range cards[1].Instances {
+		p.table.cards[1].MIG.Instances = append(p.table.cards[1].MIG.Instances, annotations.MIGInstance{UUID: in.UUID, Profile: in.Profile, Healthy: true})
+	}
+	p.mu.Unlock()
+	instanceHealthy := func(uuid string) bool {
+		inv := p.Inventory()
+		return inv.GPUs[1].Instance(uuid).Healthy
+	}
+
 	_, waker := p.currentDevices(mig3g)
 	if !p.SetHealth(nvidia.HealthEvent{UUID: migUUID(1, 1), Healthy: false, Reason: "XID 94"}) {
 		t.Fatal("an instance turning unhealthy is not a change")
@@ -492,33 +519,27 @@ func TestMIGHealth(t *testing.T) {
 	default:
 		t.Error("the 3g.40gb stream was not woken by a 2g.20gb health change")
 	}
-	want := map[corev1.ResourceName]map[string]string{
-		gpuRes: {"GPU-00": pluginapi.Unhealthy, "GPU-01": pluginapi.Unhealthy},
-		mig1g:  {}, mig3g: {},
-		mig2g: {"MIG-01-1": pluginapi.Unhealthy},
-	}
+	want[mig2g] = map[string]string{"MIG-01-1": pluginapi.Unhealthy}
 	if diff := cmp.Diff(want, health()); diff != "" {
 		t.Errorf("after MIG-01-1 turned unhealthy (-want +got):\n%s", diff)
 	}
-
-	p.SetHealth(nvidia.HealthEvent{UUID: uuidOf(1), Healthy: false, Reason: "XID 79"})
-	want[mig1g] = map[string]string{"MIG-01-2": pluginapi.Unhealthy}
-	want[mig3g] = map[string]string{"MIG-01-0": pluginapi.Unhealthy}
-	if diff := cmp.Diff(want, health()); diff != "" {
-		t.Errorf("after GPU-01 turned unhealthy (-want +got):\n%s", diff)
+	if instanceHealthy(migUUID(1, 1)) || !instanceHealthy(migUUID(1, 0)) {
+		t.Error("the inventory does not say MIG-01-1 alone is unhealthy")
 	}
 
-	p.SetHealth(nvidia.HealthEvent{UUID: uuidOf(1), Healthy: true, Reason: "recovered"})
+	if p.SetHealth(nvidia.HealthEvent{UUID: uuidOf(1), Healthy: true, Reason: "probe passed"}) {
+		t.Error("a parent in MIG mode turning healthy is a change")
+	}
 	p.SetHealth(nvidia.HealthEvent{UUID: migUUID(1, 1), Healthy: true, Reason: "recovered"})
-	want = map[corev1.ResourceName]map[string]string{
-		gpuRes: {"GPU-00": pluginapi.Unhealthy, "GPU-01": pluginapi.Unhealthy},
-		mig1g:  {}, mig2g: {}, mig3g: {},
-	}
+	want[mig2g] = map[string]string{}
 	if diff := cmp.Diff(want, health()); diff != "" {
 		t.Errorf("after recovery (-want +got):\n%s", diff)
 	}
+	if !instanceHealthy(migUUID(1, 1)) {
+		t.Error("the inventory does not say MIG-01-1 recovered")
+	}
 	if inv := p.Inventory(); inv.GPUs[1].Healthy {
-		t.Error("a parent in MIG mode is healthy in the inventory after its recovery")
+		t.Error("a parent in MIG mode is healthy in the inventory")
 	}
 }
 
