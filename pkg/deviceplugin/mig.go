@@ -92,6 +92,18 @@ func (t *deviceTable) resourceOf(d advertised) corev1.ResourceName {
 	return t.gpu
 }
 
+// only keeps the IDs advertised under resource res: the kubelet names no others in a call for
+// res, and a preference must never name another resource's device.
+func (t *deviceTable) only(res corev1.ResourceName, ids []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if d, ok := t.devices[id]; ok && t.resourceOf(d) == res {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // unit is what a device stands for, for the rules that count holders and distinct devices: its card
 // (a whole card, or one share slot of it), or, for a MIG instance, the instance itself.
 func (t *deviceTable) unit(d advertised) int {

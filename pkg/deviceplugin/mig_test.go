@@ -705,3 +705,18 @@ func TestMIGMetricsNameTheResource(t *testing.T) {
 		}
 	}
 }
+
+// A preference names only devices of the call's resource, whatever the request lists.
+func TestMIGPreferredOnlyOwnResource(t *testing.T) {
+	p := testPlugin(t, migCards(), 1)
+	p.UpsertPod(newPod("other", ctr{name: "main", count: 2, mig: "2g.20gb"}).unmanaged().obj(t))
+	resp, err := p.Server(mig2g).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+		{AvailableDeviceIDs: []string{uuidOf(2), migUUID(0, 0), migUUID(1, 1)}, MustIncludeDeviceIDs: []string{migUUID(1, 0)}, AllocationSize: 2},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, []string{"MIG-01-1"}) {
+		t.Errorf("preferred %v, want [MIG-01-1]", got)
+	}
+}

@@ -387,7 +387,8 @@ func (p *Plugin) getPreferredAllocation(ctx context.Context, res corev1.Resource
 	})
 	defer p.mu.Unlock()
 	for _, c := range req.ContainerRequests {
-		ids, fromAssignment := preferred(p.table, holders, c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize))
+		available, mustInclude := p.table.only(res, c.AvailableDeviceIDs), p.table.only(res, c.MustIncludeDeviceIDs)
+		ids, fromAssignment := preferred(p.table, holders, available, mustInclude, int(c.AllocationSize))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 		p.metrics.preferred(res, fromAssignment)
 		p.log.V(1).Info("preferred allocation", keyResource, res, logging.KeyDevices, ids, "fromAssignment", fromAssignment, "size", c.AllocationSize)
