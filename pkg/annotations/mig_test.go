@@ -2,6 +2,7 @@ package annotations
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -162,6 +163,11 @@ func TestMIGInventoryValidation(t *testing.T) {
 			wantErr: `cardinal.io/gpu-inventory: gpus[0].mig.instances[0]: placement start -1 size 1 is not within 0..64 slices`},
 		{name: "a placement past the last slice", gpus: []GPU{parent("GPU-a", MIGEnabled, inst(migA, func(in *MIGInstance) { in.Start, in.Size = 60, 8 }))},
 			wantErr: `cardinal.io/gpu-inventory: gpus[0].mig.instances[0]: placement start 60 size 8 is not within 0..64 slices`},
+		// start+size would overflow to a negative number, which is not above 64.
+		{name: "a start at the end of int's range", gpus: []GPU{parent("GPU-a", MIGEnabled, inst(migA, func(in *MIGInstance) { in.Start = math.MaxInt }))},
+			wantErr: `cardinal.io/gpu-inventory: gpus[0].mig.instances[0]: placement start 9223372036854775807 size 1 is not within 0..64 slices`},
+		{name: "a size at the end of int's range", gpus: []GPU{parent("GPU-a", MIGEnabled, inst(migA, func(in *MIGInstance) { in.Start, in.Size = 1, math.MaxInt }))},
+			wantErr: `cardinal.io/gpu-inventory: gpus[0].mig.instances[0]: placement start 1 size 9223372036854775807 is not within 0..64 slices`},
 		{name: "negative memory", gpus: []GPU{parent("GPU-a", MIGEnabled, inst(migA, func(in *MIGInstance) { in.MemoryMiB = -1 }))},
 			wantErr: `cardinal.io/gpu-inventory: gpus[0].mig.instances[0].memoryMiB: -1 is negative`},
 		{name: "negative SMs", gpus: []GPU{parent("GPU-a", MIGEnabled, inst(migA, func(in *MIGInstance) { in.SMs = -14 }))},
