@@ -293,6 +293,10 @@ func TestParseMIGRequest(t *testing.T) {
 		{name: "with cards", limits: res(gpu, "1", mig1, "1"), wantErr: `container "c": nvidia.com/mig-1g.10gb: ` + combined},
 		{name: "with memory and a card", limits: res(gpu, "1", mem, "1000", mig1, "1"), wantErr: `container "c": nvidia.com/mig-1g.10gb: ` + combined},
 		{name: "with cores and a card", limits: res(gpu, "1", cores, "30", mig1, "1"), wantErr: `container "c": nvidia.com/mig-1g.10gb: ` + combined},
+		// Not also "nvidia.com/gpu: missing … set nvidia.com/gpu: 1 or more": that advice would be
+		// refused in turn.
+		{name: "with memory alone", limits: res(mem, "1000", mig1, "1"), wantErr: `container "c": nvidia.com/mig-1g.10gb: ` + combined},
+		{name: "with cores and nvidia.com/gpu: 0", limits: res(gpu, "0", cores, "30", mig1, "1"), wantErr: `container "c": nvidia.com/mig-1g.10gb: ` + combined},
 		{name: "not a profile", limits: res("nvidia.com/mig-1g", "1"),
 			wantErr: `container "c": nvidia.com/mig-1g: "1g" is not a MIG profile (resources are named like nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb.me)`},
 		{name: "a profile in capitals", limits: res("nvidia.com/mig-1G.10GB", "1"),
