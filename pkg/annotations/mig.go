@@ -105,6 +105,10 @@ func (n ResourceNames) IsMIGResource(name corev1.ResourceName) bool {
 	return ok
 }
 
+// MIGResourcePrefix is what every MIG resource's name starts with: the domain of the GPU resource,
+// then "/mig-" (nvidia.com/mig-). Admission's match conditions test names against it.
+func (n ResourceNames) MIGResourcePrefix() string { return n.migPrefix() }
+
 func (n ResourceNames) migPrefix() string {
 	domain, _, _ := strings.Cut(string(n.GPU), "/")
 	return domain + "/" + migResourcePrefix

@@ -90,6 +90,12 @@ func TestMIGResources(t *testing.T) {
 			t.Errorf("MIGProfileKeyOf(%s) = %q, %v; want %q, %v", tt.name, key, ok, tt.key, tt.ok)
 		}
 	}
+	if got := names.MIGResourcePrefix(); got != "nvidia.com/mig-" {
+		t.Errorf("MIGResourcePrefix = %q", got)
+	}
+	if got := (ResourceNames{GPU: "example.com/vgpu"}).MIGResourcePrefix(); got != "example.com/mig-" {
+		t.Errorf("MIGResourcePrefix of example.com/vgpu = %q", got)
+	}
 	if got := MIGProfileKey("1g.10gb+me"); got != "1g.10gb.me" {
 		t.Errorf("MIGProfileKey(1g.10gb+me) = %q", got)
 	}
