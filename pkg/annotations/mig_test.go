@@ -11,9 +11,10 @@ import (
 )
 
 const (
-	migA = "MIG-1b8f2c3a-5d6e-5f70-8a9b-0c1d2e3f4a50"
-	migB = "MIG-1b8f2c3a-5d6e-5f70-8a9b-0c1d2e3f4a51"
-	migC = "MIG-1b8f2c3a-5d6e-5f70-8a9b-0c1d2e3f4a52"
+	uuid2 = "GPU-9a7d3b21-4c5e-4f60-8e1a-2b3c4d5e6f70"
+	migA  = "MIG-1b8f2c3a-5d6e-5f70-8a9b-0c1d2e3f4a50"
+	migB  = "MIG-1b8f2c3a-5d6e-5f70-8a9b-0c1d2e3f4a51"
+	migC  = "MIG-1b8f2c3a-5d6e-5f70-8a9b-0c1d2e3f4a52"
 )
 
 // sampleMIGInventory is a node with one whole card, one A100 split into 3g.40gb + 1g.10gb+me (two
@@ -27,7 +28,7 @@ func sampleMIGInventory() Inventory {
 				{UUID: migA, Profile: "3g.40gb", GI: 2, CI: 0, Start: 0, Size: 4, MemoryMiB: 40192, SMs: 42, Healthy: true},
 				{UUID: migB, Profile: "1g.10gb+me", GI: 9, CI: 0, Start: 6, Size: 1, MemoryMiB: 9728, SMs: 14, Healthy: false},
 			}}},
-		{UUID: "GPU-c", Index: 2, Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, NUMA: 1, Healthy: false, Shares: 1,
+		{UUID: uuid2, Index: 2, Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, NUMA: 1, Healthy: false, Shares: 1,
 			MIG: &MIG{Mode: MIGEnabling}},
 	}}
 }
@@ -48,7 +49,7 @@ func TestMIGInventoryRoundTrip(t *testing.T) {
 	}
 	// A card outside MIG mode writes no mig field, so inventories of whole cards keep their form;
 	// an enabling card writes no instances.
-	want := `{"uuid":"GPU-c","index":2,"model":"NVIDIA A100-SXM4-80GB","memoryMiB":81920,"numa":1,"healthy":false,"shares":1,"mig":{"mode":"enabling"}}`
+	want := `{"uuid":"` + uuid2 + `","index":2,"model":"NVIDIA A100-SXM4-80GB","memoryMiB":81920,"numa":1,"healthy":false,"shares":1,"mig":{"mode":"enabling"}}`
 	whole := `{"uuid":"` + uuid0 + `","index":0,"model":"NVIDIA A100-SXM4-80GB","memoryMiB":81920,"numa":0,"healthy":true,"shares":1}`
 	for _, part := range []string{want, whole} {
 		if !strings.Contains(s, part) {
