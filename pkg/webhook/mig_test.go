@@ -90,21 +90,35 @@ func TestDefaultMIG(t *testing.T) {
 		pod  *corev1.Pod
 		want *corev1.Pod // nil: unchanged
 	}{{
-		name: "a MIG pod goes to Cardinal",
+		// kube-scheduler calls the extender only for pods naming one of its managedResources.
+		name: "a MIG pod goes to Cardinal, nvidia.com/gpu: 0 naming the extender's resource",
 		pod:  migPod("1g.10gb", "2"),
-		want: migPod("1g.10gb", "2", scheduler("cardinal-scheduler")),
+		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "2", "nvidia.com/gpu", "0"))),
+	}, {
+		name: "the count is added to requests too when the container lists requests",
+		pod: newPod(containers(corev1.Container{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits: res("nvidia.com/mig-3g.40gb", "1"), Requests: res("nvidia.com/mig-3g.40gb", "1", "cpu", "1"),
+		}})),
+		want: newPod(scheduler("cardinal-scheduler"), containers(corev1.Container{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits:   res("nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "0"),
+			Requests: res("nvidia.com/mig-3g.40gb", "1", "cpu", "1", "nvidia.com/gpu", "0"),
+		}})),
 	}, {
 		name: "a MIG request in an init container only is enough",
 		pod:  newPod(initContainers(ctr("setup", "nvidia.com/mig-3g.40gb", "1")), containers(ctr("main"))),
-		want: newPod(scheduler("cardinal-scheduler"), initContainers(ctr("setup", "nvidia.com/mig-3g.40gb", "1")), containers(ctr("main"))),
+		want: newPod(scheduler("cardinal-scheduler"), initContainers(ctr("setup", "nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "0")), containers(ctr("main"))),
 	}, {
 		name: "a MIG pod naming another scheduler is left to it",
 		pod:  migPod("1g.10gb", "1", scheduler("volcano")),
 	}, {
-		// Adding nvidia.com/gpu: 1 would only make a second thing to refuse.
-		name: "a share beside MIG instances gets no card count",
+		name: "a card count already there is kept (validation refuses 1)",
+		pod:  newPod(containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "1"))),
+		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "1"))),
+	}, {
+		// Not nvidia.com/gpu: 1, which would only make a second thing to refuse.
+		name: "a share beside MIG instances gets 0 cards, not one",
 		pod:  newPod(containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpumem", "1024"))),
-		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpumem", "1024"))),
+		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpumem", "1024", "nvidia.com/gpu", "0"))),
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,6 +133,12 @@ func TestDefaultMIG(t *testing.T) {
 			}
 			if changed != (tt.want != nil) || len(warnings) != 0 {
 				t.Errorf("changed = %v, warnings %q; want %v, none", changed, warnings, tt.want != nil)
+			}
+			// What Default made passes the validation (the share aside), and is the same request.
+			if tt.want != nil && !hasResource(&pod.Spec.Containers[0], "nvidia.com/gpumem") {
+				if _, err := testRules().ValidateCreate(pod, migCards()); (err != nil) != hasResource(&tt.pod.Spec.Containers[0], "nvidia.com/gpu") {
+					t.Errorf("ValidateCreate after Default: %v", err)
+				}
 			}
 		})
 	}
@@ -135,7 +155,7 @@ func TestValidateCreateMIG(t *testing.T) {
 		wantDenial   *Denial
 	}{{
 		name:  "instances of a known profile are admitted",
-		pod:   migPod("1g.10gb", "7", cardinal),
+		pod:   newPod(cardinal, containers(ctr("main", "nvidia.com/mig-1g.10gb", "7", "nvidia.com/gpu", "0"))),
 		cards: migCards(),
 	}, {
 		name:  "a profile with +me is admitted while Cardinal knows no card",
@@ -148,8 +168,8 @@ func TestValidateCreateMIG(t *testing.T) {
 			`container "main": nvidia.com/mig-1g.10gb: ` + combined,
 		}},
 	}, {
-		name: "a share beside instances is refused once (Default added no card)",
-		pod:  newPod(cardinal, containers(ctr("main", "nvidia.com/gpucores", "30", "nvidia.com/mig-1g.10gb", "1"))),
+		name: "a share beside instances is refused once (Default added 0 cards)",
+		pod:  newPod(cardinal, containers(ctr("main", "nvidia.com/gpucores", "30", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "0"))),
 		wantDenial: &Denial{Reason: ReasonInvalidRequest, Details: []string{
 			`container "main": nvidia.com/mig-1g.10gb: ` + combined,
 		}},

@@ -111,7 +111,9 @@ func (r *Rules) placedByCardinal(pod *corev1.Pod) bool {
 // that asks for a share of a card (memory or cores) without a card count one card. It reports whether
 // it changed the pod, and a warning for each card count it added. Pods without GPU requests, pods
 // naming another scheduler and mirror pods are left alone. A container that asks for MIG instances
-// gets no card count: a share beside them is refused by the validation, and a card would be too.
+// gets nvidia.com/gpu: 0 where it names no card count: kube-scheduler calls an extender only for pods
+// naming one of its managedResources, which are exact names (no MIG profile could be listed in
+// advance), and 0 cards asks for nothing more.
 func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
 		return false, nil
@@ -120,22 +122,29 @@ func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 		pod.Spec.SchedulerName = r.SchedulerName
 		changed = true
 	}
-	add := func(c *corev1.Container) {
-		if !hasResource(c, r.Resources.Mem) && !hasResource(c, r.Resources.MemPercentage) && !hasResource(c, r.Resources.Cores) {
-			return
-		}
-		if hasResource(c, r.Resources.GPU) || r.hasMIG(c) {
-			return
-		}
-		one := resource.MustParse("1")
+	setCount := func(c *corev1.Container, n string) {
+		q := resource.MustParse(n)
 		if c.Resources.Limits == nil {
 			c.Resources.Limits = corev1.ResourceList{}
 		}
-		c.Resources.Limits[r.Resources.GPU] = one
+		c.Resources.Limits[r.Resources.GPU] = q
 		if c.Resources.Requests != nil {
-			c.Resources.Requests[r.Resources.GPU] = one
+			c.Resources.Requests[r.Resources.GPU] = q
 		}
 		changed = true
+	}
+	add := func(c *corev1.Container) {
+		if hasResource(c, r.Resources.GPU) {
+			return
+		}
+		if r.hasMIG(c) {
+			setCount(c, "0")
+			return
+		}
+		if !hasResource(c, r.Resources.Mem) && !hasResource(c, r.Resources.MemPercentage) && !hasResource(c, r.Resources.Cores) {
+			return
+		}
+		setCount(c, "1")
 		warnings = append(warnings, fmt.Sprintf("container %q asks for a share of a card without %s: Cardinal added %s: 1 (one card)",
 			c.Name, r.Resources.GPU, r.Resources.GPU))
 	}

@@ -328,21 +328,29 @@ func TestWebhookInRealAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Spec.SchedulerName != "cardinal-scheduler" {
-			t.Errorf("schedulerName = %q, want cardinal-scheduler", got.Spec.SchedulerName)
+		// nvidia.com/gpu: 0 makes kube-scheduler call the extender, whose managedResources name no
+		// MIG resource.
+		limit, named := got.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]
+		if got.Spec.SchedulerName != "cardinal-scheduler" || !named || !limit.IsZero() {
+			t.Errorf("schedulerName = %q, nvidia.com/gpu %s (named %v); want cardinal-scheduler, 0", got.Spec.SchedulerName, limit.String(), named)
 		}
 		if n := b.calls(t) - before; n != 1 {
 			t.Errorf("webhook called %v times, want 1", n)
 		}
+		// node-a's A100s are whole cards.
+		want := []string{`container "main": nvidia.com/mig-1g.10gb: no 1g.10gb instance Cardinal knows (known: no MIG instances); the pod stays Pending until one joins`}
+		if diff := cmp.Diff(want, warnings.take()); diff != "" {
+			t.Errorf("warnings (-want +got):\n%s", diff)
+		}
 		_, err = pods.Create(ctx, pod("mig-and-card", nil, "nvidia.com/gpu", "1", "nvidia.com/mig-1g.10gb", "1"), metav1.CreateOptions{})
-		want := `denied the request: container "main": nvidia.com/mig-1g.10gb: cannot be combined with nvidia.com/gpu, nvidia.com/gpumem, nvidia.com/gpumem-percentage or nvidia.com/gpucores in one container (a container takes whole cards, shares of cards, or MIG instances)`
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("create error = %v\nwant one containing %s", err, want)
+		wantErr := `denied the request: container "main": nvidia.com/mig-1g.10gb: cannot be combined with nvidia.com/gpu, nvidia.com/gpumem, nvidia.com/gpumem-percentage or nvidia.com/gpucores in one container (a container takes whole cards, shares of cards, or MIG instances)`
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("create error = %v\nwant one containing %s", err, wantErr)
 		}
 		_, err = pods.Create(ctx, pod("two-profiles", nil, "nvidia.com/mig-1g.10gb", "1", "nvidia.com/mig-3g.40gb", "1"), metav1.CreateOptions{})
-		want = `denied the request: container "main": nvidia.com/mig-3g.40gb: asks for a second MIG profile beside nvidia.com/mig-1g.10gb`
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("create error = %v\nwant one containing %s", err, want)
+		wantErr = `denied the request: container "main": nvidia.com/mig-3g.40gb: asks for a second MIG profile beside nvidia.com/mig-1g.10gb`
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("create error = %v\nwant one containing %s", err, wantErr)
 		}
 	})
 
