@@ -165,7 +165,7 @@ func (e *env) waitMIGAdvertised(t *testing.T) *migNode {
 		}
 		alloc, err := e.MIGAllocatable(context.Background(), nodeMIG)
 		if err != nil {
-			return false, err.Error(), nil
+			return false, err.Error(), nil //nolint:nilerr // polling: the kubelet may not answer yet
 		}
 		for profile, n := range want {
 			r := string(e.Names.MIGResource(profile))
@@ -175,7 +175,7 @@ func (e *env) waitMIGAdvertised(t *testing.T) *migNode {
 		}
 		gpus, err := e.Allocatable(context.Background(), nodeMIG)
 		if err != nil {
-			return false, err.Error(), nil
+			return false, err.Error(), nil //nolint:nilerr // polling: the kubelet may not answer yet
 		}
 		if len(gpus) != 0 {
 			return false, "", fmt.Errorf("a node whose cards are all in MIG mode has %d allocatable %s", len(gpus), e.Names.GPU)
