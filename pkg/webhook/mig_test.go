@@ -196,9 +196,15 @@ func TestValidateCreateMIG(t *testing.T) {
 		}},
 	}, {
 		name: "a MIG pod with spec.nodeName is refused, naming what it asks for",
-		pod:  migPod("3g.40gb", "1", cardinal, nodeName("gpu-1")),
+		pod:  newPod(cardinal, nodeName("gpu-1"), containers(ctr("main", "nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "0"))),
 		wantDenial: &Denial{Reason: ReasonNodeName, Details: []string{
 			`spec.nodeName: "gpu-1" is set, which would bypass card selection: a pod requesting nvidia.com/mig-3g.40gb is placed by cardinal-scheduler, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (kubernetes.io/hostname: gpu-1) instead`,
+		}},
+	}, {
+		name: "a pod asking for cards and, in another container, instances names the cards",
+		pod:  newPod(cardinal, nodeName("gpu-1"), containers(ctr("serve", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "0"), ctr("train", "nvidia.com/gpu", "1"))),
+		wantDenial: &Denial{Reason: ReasonNodeName, Details: []string{
+			`spec.nodeName: "gpu-1" is set, which would bypass card selection: a pod requesting nvidia.com/gpu is placed by cardinal-scheduler, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (kubernetes.io/hostname: gpu-1) instead`,
 		}},
 	}, {
 		name: "a selector of a MIG pod is checked",

@@ -180,18 +180,22 @@ func (r *Rules) migResource(c *corev1.Container) corev1.ResourceName {
 func (r *Rules) hasMIG(c *corev1.Container) bool { return r.migResource(c) != "" }
 
 // requested names what a GPU pod asks for, for messages: the GPU resource, unless the pod asks only
-// for MIG instances (then the first MIG resource of its first container that names one).
+// for MIG instances (then the first MIG resource of its first container that names one; such a
+// container's nvidia.com/gpu, 0 after Default, is no card).
 func (r *Rules) requested(pod *corev1.Pod) corev1.ResourceName {
 	var mig corev1.ResourceName
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range cs {
+			if m := r.migResource(&cs[i]); m != "" {
+				if mig == "" {
+					mig = m
+				}
+				continue
+			}
 			for _, n := range r.Resources.All() {
 				if hasResource(&cs[i], n) {
 					return r.Resources.GPU
 				}
-			}
-			if m := r.migResource(&cs[i]); m != "" && mig == "" {
-				mig = m
 			}
 		}
 	}
