@@ -198,7 +198,12 @@ func kubeletRequest(req *annotations.PodRequest) (topology.Request, []int) {
 		if devices == 0 && cpus == 0 && !listed {
 			continue
 		}
-		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: devices, CPUs: cpus, ListsDevices: listed})
+		res := ""
+		if gi >= 0 {
+			res = req.Containers[gi].MIGProfile
+		}
+		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: devices, Resource: res,
+			CPUs: cpus, ListsDevices: listed})
 		gpu = append(gpu, gi)
 	}
 	if next == len(req.Containers) && len(req.CPUs) > 0 {
@@ -216,7 +221,7 @@ func kubeletRequest(req *annotations.PodRequest) (topology.Request, []int) {
 			break
 		}
 		c := &req.Containers[i]
-		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: c.Count})
+		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: c.Count, Resource: c.MIGProfile})
 		gpu = append(gpu, i)
 	}
 	return r, gpu
@@ -468,7 +473,7 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 		f.ok[i] = true
 	}
 	if n.kubelet != nil {
-		if p.mig != "" {
+		if p.mig != "" && n.kubelet.node.Scope == topology.ScopePod && !p.kubelet.OneResource() {
 			r := &Reason{Kind: ReasonKubeletMIG, Policy: string(n.kubelet.node.Policy)}
 			if len(p.Request.Containers) > 1 {
 				r.Container = p.mig

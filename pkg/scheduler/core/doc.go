@@ -70,8 +70,10 @@
 // ParentAfter, by instance memory); spread the opposite; frag-aware leaves instances out of its
 // measure and ranks them as binpack does. Node utilization counts a parent as one card, each
 // instance its share of it. On a node whose kubelet runs a TopologyManager policy other than none,
-// MIG containers are refused (ReasonKubeletMIG): the kubelet's hints per MIG resource are not
-// modelled yet.
+// the kubelet model sees each profile as a resource of its own (topology.Device.Resource), so a MIG
+// container's NUMA node follows its profile's free instances; at pod scope a pod taking devices of
+// more than one resource is refused (ReasonKubeletMIG), the kubelet's merge across resources not
+// being modelled.
 //
 // # Kubelet topology
 //

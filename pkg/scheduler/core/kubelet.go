@@ -29,8 +29,9 @@ import (
 func (f *fit) fitKubelet() (*Plan, *Reason) {
 	p, kn := f.pod, f.node.kubelet
 	for ci := range p.Request.Containers {
-		if c := &p.Request.Containers[ci]; f.healthy < c.Count {
-			return nil, f.reason(c, f.countReason(c, f.match, f.healthy, f.unhealthyUUID))
+		c := &p.Request.Containers[ci]
+		if match, healthy, unhealthy := f.counts(c); healthy < c.Count {
+			return nil, f.reason(c, f.countReason(c, match, healthy, unhealthy))
 		}
 	}
 	f.start(-1)
@@ -154,7 +155,8 @@ func (f *fit) kubeletPick(mi int, fixed, pool []string, n int) []string {
 			}
 		}
 		from := len(mine)
-		mine, r = f.pickNew(c, mine, f.healthy)
+		_, healthy, _ := f.counts(c)
+		mine, r = f.pickNew(c, mine, healthy)
 		f.allow = nil
 		if r != nil {
 			if r.Kind == ReasonNoCapacity {

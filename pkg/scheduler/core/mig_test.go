@@ -487,32 +487,94 @@ func TestMIGFragAware(t *testing.T) {
 	}
 }
 
-// On a node whose kubelet runs a TopologyManager policy, MIG containers are refused with a reason
-// (their hints per MIG resource are not modelled) and whole cards are placed as before.
+// On a node whose kubelet runs a TopologyManager policy, a MIG container's hints come from the
+// free instances of its profile (one resource per profile, on their parents' NUMA nodes): the
+// kubelet picks that NUMA node first, and the plan follows it; whole cards are placed as before.
 func TestMIGOnTopologyManagerNode(t *testing.T) {
-	n := onKubelet(kubeletOf(annotations.TopologyPolicySingleNUMANode, "", false, sixteen),
-		[]annotations.GPU{card("GPU-h0", migH100, 81559, 0, 1), card("GPU-h1", migH100, 81559, 1, 1), sevenSmall(0), mixedParent(1)})
+	gpus := func() []annotations.GPU {
+		return []annotations.GPU{card("GPU-h0", migH100, 81559, 0, 1), card("GPU-h1", migH100, 81559, 1, 1), sevenSmall(0), mixedParent(1)}
+	}
+	single := kubeletOf(annotations.TopologyPolicySingleNUMANode, "", false, sixteen)
 	d := decider(t, annotations.PolicyBinpack, annotations.PolicyBinpack)
-	p, err := d.Prepare(pod(migC("m", "1g.10gb", 1)), annotations.Selector{})
-	if err != nil {
-		t.Fatal(err)
+	sevenHeld := wholeHeld("MIG-7-0", "MIG-7-1", "MIG-7-2", "MIG-7-3", "MIG-7-4", "MIG-7-5", "MIG-7-6")
+	cases := []struct {
+		name   string
+		node   testNode
+		req    annotations.PodRequest
+		ann    map[string]string
+		want   map[string][]string
+		reason string
+		kind   ReasonKind
+	}{
+		{
+			// Binpack alone would take MIG-m-1g (its parent is partly used); the kubelet's
+			// narrowest hints are NUMA 0 (7 free) and NUMA 1 (1 free), and it takes NUMA 0.
+			name: "the instance is on the NUMA node the kubelet picks",
+			node: onKubelet(single, gpus(), wholeHeld("MIG-m-2g")...),
+			req:  pod(migC("m", "1g.10gb", 1)),
+			want: map[string][]string{"m": {"MIG-7-0 9728/100"}},
+		},
+		{
+			name: "the kubelet takes the one free instance of NUMA 1 outright",
+			node: onKubelet(single, gpus(), sevenHeld...),
+			req:  pod(migC("m", "1g.10gb", 1)),
+			want: map[string][]string{"m": {"MIG-m-1g 9728/100"}},
+		},
+		{
+			name: "an instance the kubelet hands over outright must pass the selector",
+			node: onKubelet(single, gpus(), sevenHeld...),
+			req:  pod(migC("m", "1g.10gb", 1)),
+			ann:  map[string]string{annotations.NoUseGPUUUID: "MIG-m-1g"},
+			kind: ReasonKubeletChoice,
+		},
+		{
+			name: "no single NUMA node has two free instances: the kubelet refuses",
+			node: onKubelet(single, gpus(), wholeHeld("MIG-7-0", "MIG-7-1", "MIG-7-2", "MIG-7-3", "MIG-7-4", "MIG-7-5")...),
+			req:  pod(migC("m", "1g.10gb", 2)),
+			kind: ReasonKubeletRefuses,
+		},
+		{
+			name: "whole cards beside instances: the cards' hints only",
+			node: onKubelet(single, gpus()),
+			req:  pod(whole("w", 1), migC("m", "3g.40gb", 1)),
+			want: map[string][]string{"w": {"GPU-h0 81559/100"}, "m": {"MIG-m-3g 40192/100"}},
+		},
+		{
+			name:   "pod scope with two resources is not modelled",
+			node:   onKubelet(kubeletOf(annotations.TopologyPolicySingleNUMANode, "pod", false, sixteen), gpus()),
+			req:    pod(whole("w", 1), migC("m", "3g.40gb", 1)),
+			reason: `container "m": takes MIG instances beside other devices in one pod, which the GPU scheduler does not place on nodes whose kubelet runs the TopologyManager policy single-numa-node at pod scope (its hints across resources are not modelled yet)`,
+			kind:   ReasonKubeletMIG,
+		},
+		{
+			name: "pod scope with one MIG resource",
+			node: onKubelet(kubeletOf(annotations.TopologyPolicySingleNUMANode, "pod", false, sixteen), gpus(), wholeHeld("MIG-m-2g")...),
+			req:  pod(migC("m", "1g.10gb", 1)),
+			want: map[string][]string{"m": {"MIG-7-0 9728/100"}},
+		},
 	}
-	_, r := p.Fit(n.state, nil)
-	if r == nil || r.Kind != ReasonKubeletMIG || !r.Unresolvable() {
-		t.Fatalf("reason %v, want ReasonKubeletMIG", r)
-	}
-	if want := `takes MIG instances, which the GPU scheduler does not place on nodes whose kubelet runs the TopologyManager policy single-numa-node (its hints per MIG resource are not modelled yet)`; r.String() != want {
-		t.Errorf("reason %q", r.String())
-	}
-	p, err = d.Prepare(pod(whole("w", 1)), annotations.Selector{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, r := p.Fit(n.state, nil)
-	if r != nil {
-		t.Fatalf("whole cards: %s", r)
-	}
-	if diff := cmp.Diff(map[string][]string{"w": {"GPU-h0 81559/100"}}, ids(n.state, plan)); diff != "" {
-		t.Errorf("plan (-want +got):\n%s", diff)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := d.Prepare(c.req, mustSel(t, c.ann))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, r := p.Fit(c.node.state, nil)
+			if c.kind != 0 {
+				if r == nil || r.Kind != c.kind {
+					t.Fatalf("reason %v, want kind %d", r, c.kind)
+				}
+				if c.reason != "" && r.String() != c.reason {
+					t.Errorf("reason\n got %q\nwant %q", r.String(), c.reason)
+				}
+				return
+			}
+			if r != nil {
+				t.Fatalf("does not fit: %s", r)
+			}
+			if diff := cmp.Diff(c.want, ids(c.node.state, plan)); diff != "" {
+				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

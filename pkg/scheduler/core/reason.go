@@ -65,11 +65,12 @@ const (
 	// not reported yet, or may be freeing); the pod waits, like ReasonInFlight, rather than guess
 	// the NUMA node the kubelet picks.
 	ReasonKubeletCPUs
-	// ReasonKubeletMIG: a container takes MIG instances and the node's kubelet runs a
-	// TopologyManager policy (Policy) other than none. The kubelet gives topology hints per
-	// resource, one per MIG profile, which the extender's kubelet model does not compute yet, so it
-	// cannot predict which instances the kubelet hands over: such nodes are refused for MIG
-	// containers rather than placed on instances the kubelet may not give.
+	// ReasonKubeletMIG: a container takes MIG instances, the pod asks for devices of more than one
+	// resource (cards, or instances of several profiles), and the node's kubelet runs a
+	// TopologyManager policy (Policy) at pod scope. The kubelet then merges the hints of every
+	// resource of the pod, which the kubelet model does not compute for more than one, so it
+	// cannot predict which devices the kubelet hands over: such nodes are refused for the pod
+	// rather than placed on devices the kubelet may not give.
 	ReasonKubeletMIG
 )
 
@@ -230,7 +231,7 @@ func (r *Reason) String() string {
 	case ReasonKubeletChoice:
 		b.WriteString(r.kubeletText())
 	case ReasonKubeletMIG:
-		fmt.Fprintf(&b, "takes MIG instances, which the GPU scheduler does not place on nodes whose kubelet runs the TopologyManager policy %s (its hints per MIG resource are not modelled yet)", r.Policy)
+		fmt.Fprintf(&b, "takes MIG instances beside other devices in one pod, which the GPU scheduler does not place on nodes whose kubelet runs the TopologyManager policy %s at pod scope (its hints across resources are not modelled yet)", r.Policy)
 	case ReasonSharingNotEnforced:
 		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
 	case ReasonSharingNotReady:

@@ -181,7 +181,8 @@ type kubeletNode struct {
 	index      map[string]int
 }
 
-func newKubeletNode(inv *annotations.Inventory) *kubeletNode {
+// newKubeletNode builds the kubelet model of node n (its cards built) from its inventory.
+func newKubeletNode(inv *annotations.Inventory, n *NodeState) *kubeletNode {
 	if inv.Kubelet == nil || inv.Kubelet.TopologyManagerPolicy == annotations.TopologyPolicyNone {
 		return nil
 	}
@@ -197,6 +198,15 @@ func newKubeletNode(inv *annotations.Inventory) *kubeletNode {
 			k.index[k.devs[len(k.card)].ID] = len(k.card)
 			k.card, k.slot = append(k.card, i), append(k.slot, slot)
 		}
+	}
+	// Then the MIG instances, in the order DevicesOf lists them.
+	for d := len(k.card); d < len(k.devs); d++ {
+		i, ok := n.byUUID[k.devs[d].ID]
+		if !ok || !n.Cards[i].Instance() {
+			return nil // not a node DecodeInventory accepts
+		}
+		k.index[k.devs[d].ID] = d
+		k.card, k.slot = append(k.card, i), append(k.slot, -1)
 	}
 	return k
 }
@@ -314,7 +324,7 @@ func (n *NodeState) UnholdHost(r HostRequest) {
 // NewNodeState builds the state of a node from its inventory, with nothing held.
 func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 	n := &NodeState{Name: name, Cards: make([]Card, len(inv.GPUs)), byUUID: make(map[string]int, len(inv.GPUs)),
-		Kubelet: inv.Kubelet, Sharing: inv.Sharing, kubelet: newKubeletNode(&inv)}
+		Kubelet: inv.Kubelet, Sharing: inv.Sharing}
 	for i, g := range inv.GPUs {
 		lower := strings.ToLower(g.Model)
 		// Cards of one model share one string, which compares by pointer (cheaply) in the scorers.
@@ -335,6 +345,7 @@ func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 			n.addInstances(i, m.Instances)
 		}
 	}
+	n.kubelet = newKubeletNode(&inv, n)
 	return n
 }
 
