@@ -88,7 +88,7 @@ func (f *fit) kubeletPick(mi int, fixed, pool []string, n int) []string {
 		return nil
 	}
 	// Devices handed on by init containers first: the kubelet takes them before anything else.
-	handed := len(f.pool)
+	handed := f.handedOn(c)
 	at := len(f.ids)
 	mine, r := f.reuse(c, f.ids[at:at:at+c.Count])
 	if r != nil {
@@ -202,4 +202,19 @@ func (f *fit) oneNUMA(c *annotations.ContainerRequest, mine []int) *Reason {
 		return nil
 	}
 	return &Reason{Kind: ReasonNUMA, Need: c.Count, Have: most, Policy: string(f.node.kubelet.node.Policy)}
+}
+
+// handedOn counts the devices init containers hand on that container c can reuse: those of its
+// resource (the kubelet hands devices on per resource).
+func (f *fit) handedOn(c *annotations.ContainerRequest) int {
+	if f.node.MIG == 0 {
+		return len(f.pool)
+	}
+	n := 0
+	for _, di := range f.pool {
+		if f.node.Cards[f.plan.Devices[di].Card].Serves(c) {
+			n++
+		}
+	}
+	return n
 }

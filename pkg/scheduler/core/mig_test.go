@@ -540,6 +540,13 @@ func TestMIGOnTopologyManagerNode(t *testing.T) {
 			want: map[string][]string{"w": {"GPU-h0 81559/100"}, "m": {"MIG-m-3g 40192/100"}},
 		},
 		{
+			name: "cards an init container hands on are not the MIG container's",
+			node: onKubelet(single, []annotations.GPU{card("GPU-h0", migH100, 81559, 0, 1), card("GPU-h1", migH100, 81559, 0, 1), sevenSmall(0), mixedParent(1)}),
+			req:  pod(initC(whole("init", 2)), migC("m", "1g.10gb", 1), whole("w", 2)),
+			want: map[string][]string{"init": {"GPU-h0 81559/100", "GPU-h1 81559/100"}, "m": {"MIG-7-0 9728/100"},
+				"w": {"GPU-h0 81559/100", "GPU-h1 81559/100"}},
+		},
+		{
 			name:   "pod scope with two resources is not modelled",
 			node:   onKubelet(kubeletOf(annotations.TopologyPolicySingleNUMANode, "pod", false, sixteen), gpus()),
 			req:    pod(whole("w", 1), migC("m", "3g.40gb", 1)),
