@@ -996,16 +996,16 @@ func (p *Pod) sharingRefusal(n *NodeState) *Reason {
 // SharedContainer names the pod's first container that shares cards ("" when none does).
 func (p *Pod) SharedContainer() string { return p.shared }
 
-// migReason completes reason r of MIG container c: the profile, and for reasons that count
-// instances, the node's free instances (and with ReasonNoMatch, the node's instances of the
-// profile and their parents' models, whatever the selector).
+// migReason completes reason r of MIG container c: the profile (its text then counts instances),
+// and for reasons that count instances, the node's free instances (and with ReasonNoMatch, the
+// node's instances of the profile and their parents' models, whatever the selector).
 func (f *fit) migReason(c *annotations.ContainerRequest, r *Reason) {
+	r.Profile = c.MIGProfile
 	switch r.Kind {
 	case ReasonNoMatch, ReasonTooFewCards, ReasonUnhealthy, ReasonNoCapacity:
 	default:
 		return
 	}
-	r.Profile = c.MIGProfile
 	r.Free = f.node.freeInstances(f.extra)
 	if r.Kind != ReasonNoMatch {
 		return

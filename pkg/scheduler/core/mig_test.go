@@ -312,7 +312,7 @@ func TestMIGFit(t *testing.T) {
 			node:   migHeld(migNode(), "MIG-7-0", "MIG-7-1", "MIG-7-2", "MIG-7-3", "MIG-7-4", "MIG-7-5"),
 			req:    pod(migC("main", "1g.10gb", 2)),
 			ann:    map[string]string{annotations.NUMABind: "true"},
-			reason: "needs 2 cards on one NUMA node, best has 1",
+			reason: "needs 2 1g.10gb instances on one NUMA node, best has 1",
 		},
 		{
 			name: "numa-bind: instances of one parent are on one NUMA node",
@@ -521,11 +521,12 @@ func TestMIGOnTopologyManagerNode(t *testing.T) {
 			want: map[string][]string{"m": {"MIG-m-1g 9728/100"}},
 		},
 		{
-			name: "an instance the kubelet hands over outright must pass the selector",
-			node: onKubelet(single, gpus(), sevenHeld...),
-			req:  pod(migC("m", "1g.10gb", 1)),
-			ann:  map[string]string{annotations.NoUseGPUUUID: "MIG-m-1g"},
-			kind: ReasonKubeletChoice,
+			name:   "an instance the kubelet hands over outright must pass the selector",
+			node:   onKubelet(single, gpus(), sevenHeld...),
+			req:    pod(migC("m", "1g.10gb", 1)),
+			ann:    map[string]string{annotations.NoUseGPUUUID: "MIG-m-1g"},
+			kind:   ReasonKubeletChoice,
+			reason: "the kubelet's single-numa-node policy hands it MIG instance MIG-m-1g on NUMA 1 outright, which does not match nouse-gpuuuid=MIG-m-1g",
 		},
 		{
 			name: "no single NUMA node has two free instances: the kubelet refuses",

@@ -126,11 +126,11 @@ type Reason struct {
 	Problem CardProblem
 	// Kubelet is the kubelet model's refusal (ReasonKubeletRefuses).
 	Kubelet *topology.Refusal
-	// Profile is the MIG profile key a container asks instances of: ReasonNoMatch,
-	// ReasonTooFewCards, ReasonUnhealthy and ReasonNoCapacity then count instances of it, not cards
-	// (with ReasonNoMatch, Of is the node's instances of the profile whatever the selector, and
-	// Models the models of their parents), and Free summarises the node's free instances, e.g.
-	// "2x 1g.10gb free on GPU-…". Such reasons name the node's devices (NodeSpecific).
+	// Profile is the MIG profile key a container asks instances of: the reason's text then counts
+	// instances of it, not cards (with ReasonNoMatch, Of is the node's instances of the profile
+	// whatever the selector, and Models the models of their parents). Free summarises the node's
+	// free instances for ReasonNoMatch, ReasonTooFewCards, ReasonUnhealthy and ReasonNoCapacity,
+	// e.g. "2x 1g.10gb free on GPU-…". Such reasons name the node's devices (NodeSpecific).
 	Profile string
 	Free    string
 	// InMIG is how many of the cards the selector accepts are in MIG mode (whole-card requests:
@@ -276,6 +276,14 @@ func (r *Reason) migText(matching string) string {
 	return ""
 }
 
+// devices is "n card(s)", or for a MIG container (Profile set) "n <profile> instance(s)".
+func (r *Reason) devices(n int) string {
+	if r.Profile != "" {
+		return r.instances(n)
+	}
+	return cards(n)
+}
+
 // instances is "n <profile> instance(s)".
 func (r *Reason) instances(n int) string {
 	return fmt.Sprintf("%d %s %s", n, r.Profile, plural(n, "instance", "instances"))
@@ -284,15 +292,15 @@ func (r *Reason) instances(n int) string {
 // numaText explains ReasonNUMA, e.g. "needs 3 cards on one NUMA node; the 1 card it reuses from
 // its init containers is on NUMA 0, which has 2".
 func (r *Reason) numaText() string {
-	s := fmt.Sprintf("needs %s on one NUMA node", cards(r.Need))
+	s := fmt.Sprintf("needs %s on one NUMA node", r.devices(r.Need))
 	switch {
 	case r.Policy != "":
 		return s + fmt.Sprintf("; the kubelet's %s policy puts at most %d on one", r.Policy, r.Have)
 	case r.Reused > 0 && r.NUMA < 0:
-		return s + fmt.Sprintf("; the %s it reuses from its init containers are on different NUMA nodes", cards(r.Reused))
+		return s + fmt.Sprintf("; the %s it reuses from its init containers are on different NUMA nodes", r.devices(r.Reused))
 	case r.Reused > 0:
 		return s + fmt.Sprintf("; the %s it reuses from its init containers %s on NUMA %d, which has %d",
-			cards(r.Reused), plural(r.Reused, "is", "are"), r.NUMA, r.Have)
+			r.devices(r.Reused), plural(r.Reused, "is", "are"), r.NUMA, r.Have)
 	}
 	return s + fmt.Sprintf(", best has %d", r.Have)
 }
@@ -301,7 +309,11 @@ func (r *Reason) numaText() string {
 // card from NUMA 0, where 0 of 1 free cards match use-gpuuuid=GPU-1".
 func (r *Reason) kubeletText() string {
 	if r.UUID != "" {
-		s := fmt.Sprintf("the kubelet's %s policy hands it card %s on NUMA %d outright", r.Policy, r.UUID, r.NUMA)
+		what := "card"
+		if r.Profile != "" {
+			what = "MIG instance"
+		}
+		s := fmt.Sprintf("the kubelet's %s policy hands it %s %s on NUMA %d outright", r.Policy, what, r.UUID, r.NUMA)
 		switch r.Problem {
 		case CardNoMatch:
 			return s + ", which does not match " + r.Selector
@@ -328,7 +340,11 @@ func (r *Reason) kubeletText() string {
 		where = "cards without a NUMA node"
 	}
 	s := fmt.Sprintf("the kubelet's %s policy takes its %s from %s, where %d of %d free %s", r.Policy,
-		cards(r.Need), where, r.Have, r.Of, plural(r.Of, "card", "cards"))
+		r.devices(r.Need), where, r.Have, r.Of, plural(r.Of, "card", "cards"))
+	if r.Profile != "" {
+		s = fmt.Sprintf("the kubelet's %s policy takes its %s from %s, where %d of %d free ones", r.Policy,
+			r.devices(r.Need), where, r.Have, r.Of)
+	}
 	switch {
 	case r.Shared && r.Selector != "":
 		return s + " match " + r.Selector + " and have " + r.shareNeed()
