@@ -289,3 +289,40 @@ func TestMIGInstanceTurnsUnhealthy(t *testing.T) {
 		t.Errorf("unhealthy: fit %v, reason %q, want %q", *res.NodeNames, got, want)
 	}
 }
+
+// On a node whose kubelet aligns CPUs and devices (single-numa-node, static CPU manager), a MIG
+// container goes to the NUMA node where its profile's free instances and the pod's CPUs meet, and
+// the assignment carries the CPUs the kubelet will take there.
+func TestMIGFollowsKubeletAlignment(t *testing.T) {
+	n := migNodeObj("mig")
+	inv, err := annotations.DecodeInventory(n.Annotations[annotations.GPUInventory])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU-mig-a7 (7× 1g.10gb) on NUMA 0, whose CPUs are mostly held; GPU-mig-am on NUMA 1.
+	inv.GPUs[1].NUMA, inv.GPUs[3].NUMA = 1, 1
+	inv.Kubelet = &annotations.KubeletTopology{TopologyManagerPolicy: "single-numa-node", TopologyManagerScope: "container",
+		CPUManagerPolicy: "static", DeviceTopology: true, NUMA: []annotations.NUMACPUs{{ID: 0, CPUs: 8, ExclusiveCPUs: 6}, {ID: 1, CPUs: 8}}}
+	enc, err := annotations.EncodeInventory(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[annotations.GPUInventory] = enc
+	h := newHarness(t, harnessOptions{}, n)
+	p := migPod("g", nil, "1g.10gb", 1)
+	c := &p.Spec.Containers[0]
+	c.Resources.Limits[corev1.ResourceCPU], c.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("6"), resource.MustParse("1Gi")
+	c.Resources.Requests = c.Resources.Limits.DeepCopy()
+	p.Status.QOSClass = corev1.PodQOSGuaranteed
+	h.createPods(p)
+	if err := h.bind("g", "mig"); err != "" {
+		t.Fatal(err)
+	}
+	a, _ := h.assignmentOf("default", "g")
+	if got := a.Containers[0].Devices[0].ID; got != "MIG-mig-1g" {
+		t.Errorf("instance %s, want MIG-mig-1g (NUMA 1, where the 6 CPUs are)", got)
+	}
+	if diff := cmp.Diff([]annotations.NUMACPUCount{{NUMA: 1, CPUs: 6}}, a.CPUs); diff != "" {
+		t.Errorf("CPUs (-want +got):\n%s", diff)
+	}
+}
