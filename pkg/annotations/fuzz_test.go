@@ -58,6 +58,21 @@ func FuzzDecodeInventory(f *testing.F) {
 	if s, err := EncodeInventory(sampleKubeletInventory()); err == nil {
 		f.Add(s)
 	}
+	if s, err := EncodeInventory(sampleMIGInventory()); err == nil {
+		f.Add(s)
+	}
+	for _, s := range []string{
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabled","instances":[{"uuid":"MIG-a","profile":"1g.10gb","gi":7,"ci":0,"start":0,"size":1,"memoryMiB":9728,"sms":14,"healthy":true}]}}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"healthy":true,"mig":{"mode":"enabled"}}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabling","instances":[{"uuid":"MIG-a","profile":"1g.10gb","size":1}]}}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"disabled"}}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{}}]}`, `{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":null}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabled","instances":[{"uuid":"GPU-a","profile":"1g.10gb","size":1}]}}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabled","instances":[{"uuid":"MIG-a","profile":"1g.10gb+me","start":9223372036854775807,"size":1}]}}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabled","instances":[{"uuid":"MIG-a","profile":"1c.3g.40gb","start":0,"size":4,"gi":-1}]}}]}`,
+	} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, in string) {
 		got, err := DecodeInventory(in)
 		if err != nil {
@@ -78,11 +93,38 @@ func FuzzDecodeInventory(f *testing.F) {
 		if diff := cmp.Diff(got, again); diff != "" {
 			t.Fatalf("round trip changed the value (-first +second):\n%s", diff)
 		}
+		devices := map[string]bool{}
 		for i := range got.GPUs {
-			for _, id := range got.GPUs[i].DeviceIDs() {
-				if u, _, err := ParseDeviceID(id); err != nil || u != got.GPUs[i].UUID {
-					t.Fatalf("device ID %q of card %q: %q, %v", id, got.GPUs[i].UUID, u, err)
+			g := &got.GPUs[i]
+			for _, id := range g.DeviceIDs() {
+				if u, _, err := ParseDeviceID(id); err != nil || u != g.UUID {
+					t.Fatalf("device ID %q of card %q: %q, %v", id, g.UUID, u, err)
 				}
+			}
+			devices[g.UUID] = true
+		}
+		// A MIG instance is a device of its own: its UUID is a device ID, distinct from every other,
+		// and it is served only from a card that is not served whole.
+		for i := range got.GPUs {
+			g := &got.GPUs[i]
+			if g.MIG == nil {
+				continue
+			}
+			if g.Healthy || (g.MIG.Mode != MIGEnabled && len(g.MIG.Instances) > 0) {
+				t.Fatalf("card %q: healthy %v, mig mode %q with %d instances", g.UUID, g.Healthy, g.MIG.Mode, len(g.MIG.Instances))
+			}
+			for j := range g.MIG.Instances {
+				in := &g.MIG.Instances[j]
+				if u, slot, err := ParseDeviceID(in.UUID); err != nil || u != in.UUID || slot != -1 {
+					t.Fatalf("instance UUID %q is no device ID: %q, %d, %v", in.UUID, u, slot, err)
+				}
+				if devices[in.UUID] || g.Instance(in.UUID) != in || !ValidMIGProfile(in.Profile) {
+					t.Fatalf("instance %+v of card %q: listed twice, not found, or a bad profile", in, g.UUID)
+				}
+				if in.Start < 0 || in.Size < 1 || in.Start+in.Size > maxMIGSlices {
+					t.Fatalf("instance %+v: placement outside 0..%d", in, maxMIGSlices)
+				}
+				devices[in.UUID] = true
 			}
 		}
 	})
@@ -94,7 +136,12 @@ func FuzzDecodeAssignment(f *testing.F) {
 		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"GPU-a","id":"GPU-a"}]},{"name":"b","devices":[{"uuid":"GPU-a","id":"GPU-a"}]}]}`,
 		`{"v":1,"node":"n","containers":[{"name":"a","init":true,"devices":[{"uuid":"GPU-a","id":"GPU-a::0","cores":100}]}]}`,
 		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"GPU-a","id":"GPU-b::0"}]}]}`,
-		`{"v":1,"node":"","containers":[]}`)
+		`{"v":1,"node":"","containers":[]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","memoryMiB":9728,"cores":100,"parent":"GPU-a","profile":"1g.10gb"},{"uuid":"MIG-b","id":"MIG-b","cores":100,"parent":"GPU-a","profile":"1g.10gb"}]}]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a::0","parent":"GPU-a","profile":"1g.10gb+me"}]}]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","parent":"MIG-a","profile":"3g.40gb"}]}]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","parent":"GPU-a"}]}]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","parent":"GPU-a","profile":"1g.10gb.me"}]}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		got, err := DecodeAssignment(in)
 		if err != nil {
@@ -119,6 +166,11 @@ func FuzzDecodeAssignment(f *testing.F) {
 			}
 			if len(c.IDs()) != len(c.Devices) || len(c.Devices) == 0 {
 				t.Fatalf("container %q: %d IDs for %d devices", c.Name, len(c.IDs()), len(c.Devices))
+			}
+			for _, d := range c.Devices {
+				if d.Profile != "" && (d.ID != d.UUID || d.Parent == "" || d.Parent == d.UUID || !ValidMIGProfile(d.Profile)) {
+					t.Fatalf("container %q: MIG device %+v", c.Name, d)
+				}
 			}
 		}
 	})
@@ -251,22 +303,38 @@ func FuzzParseDeviceID(f *testing.F) {
 func FuzzParseContainerRequest(f *testing.F) {
 	// Each resource is a quantity string; "" leaves it out. inRequests puts it in requests, not limits.
 	// gpuRequest, when set, is also put in requests for nvidia.com/gpu (request against limit).
-	f.Add("1", "", "", "", uint8(0), "")
-	f.Add("2", "10240", "", "30", uint8(0), "")
-	f.Add("1", "", "140", "", uint8(0), "")
-	f.Add("", "1000", "", "", uint8(0), "")
-	f.Add("0", "", "", "50", uint8(0), "")
-	f.Add("1.5", "1Gi", "50", "101", uint8(0x0f), "")
-	f.Add("2000m", "24Gi", "0.5", "-1", uint8(0x05), "")
-	f.Add("1e30", "1e-3", "100", "100", uint8(0), "")
-	f.Add("1e999999999", "-1e999999999", "1.5e999999999", "1000Ei", uint8(0x02), "")
-	f.Add("0e999999999", "0.0e999999999", "1e400", "0", uint8(0x0c), "")
-	f.Add("1e999999999", "", "", "", uint8(0), "1")
-	f.Add("1", "", "", "", uint8(0), "1e999999999")
-	f.Add("0", "", "", "", uint8(0), "0e999999999")
-	f.Add("2", "", "", "", uint8(0), "2000m")
-	f.Add("300m", "", "", "", uint8(0), "0.3")
-	f.Fuzz(func(t *testing.T, gpu, mem, pct, cores string, inRequests uint8, gpuRequest string) {
+	// migKeys names MIG resources (nvidia.com/mig-<key>), several split by '|', each put in limits
+	// with the quantity mig.
+	f.Add("1", "", "", "", uint8(0), "", "", "")
+	f.Add("2", "10240", "", "30", uint8(0), "", "", "")
+	f.Add("1", "", "140", "", uint8(0), "", "", "")
+	f.Add("", "1000", "", "", uint8(0), "", "", "")
+	f.Add("0", "", "", "50", uint8(0), "", "", "")
+	f.Add("1.5", "1Gi", "50", "101", uint8(0x0f), "", "", "")
+	f.Add("2000m", "24Gi", "0.5", "-1", uint8(0x05), "", "", "")
+	f.Add("1e30", "1e-3", "100", "100", uint8(0), "", "", "")
+	f.Add("1e999999999", "-1e999999999", "1.5e999999999", "1000Ei", uint8(0x02), "", "", "")
+	f.Add("0e999999999", "0.0e999999999", "1e400", "0", uint8(0x0c), "", "", "")
+	f.Add("1e999999999", "", "", "", uint8(0), "1", "", "")
+	f.Add("1", "", "", "", uint8(0), "1e999999999", "", "")
+	f.Add("0", "", "", "", uint8(0), "0e999999999", "", "")
+	f.Add("2", "", "", "", uint8(0), "2000m", "", "")
+	f.Add("300m", "", "", "", uint8(0), "0.3", "", "")
+	f.Add("", "", "", "", uint8(0), "", "1g.10gb", "2")
+	f.Add("", "", "", "", uint8(0), "", "1g.10gb.me", "1")
+	f.Add("", "", "", "", uint8(0), "", "1c.3g.40gb", "7")
+	f.Add("0", "", "", "", uint8(0), "", "3g.40gb", "1")
+	f.Add("1", "", "", "", uint8(0), "", "1g.10gb", "1")
+	f.Add("", "1000", "", "", uint8(0), "", "1g.10gb", "1")
+	f.Add("", "", "", "30", uint8(0), "0", "2g.20gb", "1")
+	f.Add("", "", "", "", uint8(0), "", "1g.10gb|3g.40gb", "1")
+	f.Add("", "", "", "", uint8(0), "", "1g.10gb+me", "1")
+	f.Add("", "", "", "", uint8(0), "", "1G.10GB", "1")
+	f.Add("", "", "", "", uint8(0), "", "", "1")
+	f.Add("", "", "", "", uint8(0), "", "1g.10gb", "0")
+	f.Add("", "", "", "", uint8(0), "", "1g.10gb", "1.5")
+	f.Add("", "", "", "", uint8(0), "", "1g.10gb", "65")
+	f.Fuzz(func(t *testing.T, gpu, mem, pct, cores string, inRequests uint8, gpuRequest, migKeys, mig string) {
 		names := DefaultResourceNames()
 		c := corev1.Container{Name: "c"}
 		for i, kv := range []struct {
@@ -305,10 +373,23 @@ func FuzzParseContainerRequest(f *testing.F) {
 				c.Resources.Requests[names.GPU] = q
 			}
 		}
+		var migNames []corev1.ResourceName
+		if migKeys != "" && !slowToParse.MatchString(mig) {
+			if q, err := resource.ParseQuantity(mig); err == nil {
+				for _, k := range strings.Split(migKeys, "|") {
+					if c.Resources.Limits == nil {
+						c.Resources.Limits = corev1.ResourceList{}
+					}
+					name := corev1.ResourceName("nvidia.com/mig-" + k)
+					c.Resources.Limits[name] = q
+					migNames = append(migNames, name)
+				}
+			}
+		}
 		r, err := ParseContainerRequest(&c, names)
 		if err != nil {
 			prefixes := []string{}
-			for _, n := range names.All() {
+			for _, n := range append(names.All(), migNames...) {
 				prefixes = append(prefixes, `container "c": `+string(n)+": ")
 			}
 			checkKey(t, err, prefixes...)
@@ -337,10 +418,24 @@ func FuzzParseContainerRequest(f *testing.F) {
 			t.Fatalf("memory and percentage together: %+v", r)
 		case r.MemoryOn(1000) < 0 || r.MemoryOn(1000) > max(1000, r.MemoryMiB):
 			t.Fatalf("MemoryOn(1000) = %d for %+v", r.MemoryOn(1000), r)
+		case r.MIG() && (r.Count == 0 || r.Shared || !validMIGProfileKey(r.MIGProfile)):
+			t.Fatalf("MIG request %+v", r)
+		}
+		if r.MIG() {
+			// One profile, named by the container, and no card beside it.
+			if q, ok := quantityOf(&c, names.GPU); ok && !q.IsZero() {
+				t.Fatalf("MIG request %+v accepted beside %s: %s", r, names.GPU, q.String())
+			}
+			if _, ok := quantityOf(&c, names.MIGResource(r.MIGProfile)); !ok || len(migNames) != 1 {
+				t.Fatalf("MIG request %+v from %v", r, migNames)
+			}
 		}
 		// The accepted request, written as plain limits, parses to itself.
 		again := corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{}}}
-		if r.Count > 0 {
+		switch {
+		case r.MIG():
+			again.Resources.Limits[names.MIGResource(r.MIGProfile)] = *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
+		case r.Count > 0:
 			again.Resources.Limits[names.GPU] = *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
 		}
 		if _, ok := quantityOf(&c, names.Mem); ok {

@@ -80,7 +80,8 @@ func (n ResourceNames) All() []corev1.ResourceName {
 	return []corev1.ResourceName{n.GPU, n.Mem, n.MemPercentage, n.Cores}
 }
 
-// Validate checks that every name is set, qualified (domain/name) and distinct.
+// Validate checks that every name is set, qualified (domain/name), distinct, and not among the MIG
+// resources (<domain of the gpu resource>/mig-…), which would read it as a MIG profile.
 func (n ResourceNames) Validate() error {
 	seen := map[corev1.ResourceName]bool{}
 	for i, r := range n.All() {
@@ -92,6 +93,8 @@ func (n ResourceNames) Validate() error {
 			return fmt.Errorf("resource name for %s: %q is not a qualified name (domain/name)", field, r)
 		case seen[r]:
 			return fmt.Errorf("resource name for %s: %q is used twice", field, r)
+		case strings.HasPrefix(string(r), n.migPrefix()):
+			return fmt.Errorf("resource name for %s: %q is among the MIG resources (%s<profile>)", field, r, n.migPrefix())
 		}
 		seen[r] = true
 	}

@@ -59,6 +59,13 @@ func TestResourceNamesValidate(t *testing.T) {
 		{name: "no name after the domain", names: with(func(n *ResourceNames) { n.Mem = "nvidia.com/" }), wantErr: `resource name for gpumem: "nvidia.com/" is not a qualified name (domain/name)`},
 		{name: "space in the name", names: with(func(n *ResourceNames) { n.Cores = "nvidia.com/gpu cores" }), wantErr: `resource name for gpucores: "nvidia.com/gpu cores" is not a qualified name (domain/name)`},
 		{name: "used twice", names: with(func(n *ResourceNames) { n.Cores = n.Mem }), wantErr: `resource name for gpucores: "nvidia.com/gpumem" is used twice`},
+		// MIG resources are <domain of the gpu resource>/mig-<profile>: a managed name there would be
+		// read as a MIG profile too.
+		{name: "a name among the MIG resources", names: with(func(n *ResourceNames) { n.Mem = "nvidia.com/mig-mem" }),
+			wantErr: `resource name for gpumem: "nvidia.com/mig-mem" is among the MIG resources (nvidia.com/mig-<profile>)`},
+		{name: "the gpu resource among its own MIG resources", names: ResourceNames{GPU: "example.com/mig-gpu", Mem: "example.com/vmem", MemPercentage: "example.com/vmem-pct", Cores: "example.com/vcores"},
+			wantErr: `resource name for gpu: "example.com/mig-gpu" is among the MIG resources (example.com/mig-<profile>)`},
+		{name: "mig- under another domain", names: with(func(n *ResourceNames) { n.Cores = "example.com/mig-cores" })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

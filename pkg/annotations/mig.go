@@ -29,6 +29,10 @@ const (
 // compute instances can split one further, up to 7 each).
 const MaxMIGInstances = 56
 
+// maxMIGSlices bounds an instance's placement (start + size), in memory slices: an A100 or H100 has
+// 8, and the bound leaves room for larger cards.
+const maxMIGSlices = 64
+
 // MIG is the optional "mig" field of an inventory card: the card is in MIG mode (now or after its
 // next reset). Added in v1 without a version change: older readers ignore it, and see the card
 // unhealthy.
@@ -101,6 +105,10 @@ func (n ResourceNames) IsMIGResource(name corev1.ResourceName) bool {
 	return ok
 }
 
+// MIGResourcePrefix is what every MIG resource's name starts with: the domain of the GPU resource,
+// then "/mig-" (nvidia.com/mig-). Admission's match conditions test names against it.
+func (n ResourceNames) MIGResourcePrefix() string { return n.migPrefix() }
+
 func (n ResourceNames) migPrefix() string {
 	domain, _, _ := strings.Cut(string(n.GPU), "/")
 	return domain + "/" + migResourcePrefix
@@ -169,8 +177,9 @@ func (m *MIG) validate(i int, seen map[string]bool) error {
 			return errorf(GPUInventory, "%s.profile: %q is not a MIG profile (like 1g.10gb, 3g.40gb, 1g.10gb+me, 1c.3g.40gb)", at, in.Profile)
 		case in.GI < 0 || in.CI < 0:
 			return errorf(GPUInventory, "%s: gi %d, ci %d: IDs are not negative", at, in.GI, in.CI)
-		case in.Start < 0 || in.Size < 1 || in.Start+in.Size > 64:
-			return errorf(GPUInventory, "%s: placement start %d size %d is not within 0..64 slices", at, in.Start, in.Size)
+		// Not start+size > maxMIGSlices: with a start near the end of int's range the sum wraps round.
+		case in.Start < 0 || in.Size < 1 || in.Size > maxMIGSlices || in.Start > maxMIGSlices-in.Size:
+			return errorf(GPUInventory, "%s: placement start %d size %d is not within 0..%d slices", at, in.Start, in.Size, maxMIGSlices)
 		case in.MemoryMiB < 0:
 			return errorf(GPUInventory, "%s.memoryMiB: %d is negative", at, in.MemoryMiB)
 		case in.SMs < 0:

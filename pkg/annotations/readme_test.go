@@ -134,6 +134,11 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 		t.Errorf("README sharing field table (first column, in order) differs from Sharing's JSON fields (-code +README):\n%s", diff)
 	}
 	delete(tables, sharingTableHeader)
+	const migTableHeader = "| mig field | value | meaning |"
+	if diff := cmp.Diff(jsonFields(reflect.TypeOf(MIG{}), ""), tables[migTableHeader]); diff != "" {
+		t.Errorf("README mig field table (first column, in order) differs from MIG's and MIGInstance's JSON fields (-code +README):\n%s", diff)
+	}
+	delete(tables, migTableHeader)
 	const (
 		resourceTable = "| resource | flag | value | meaning |"
 		podTable      = "| key | value | rule |"
@@ -185,6 +190,17 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 	if !strings.Contains(section, "at most "+strconv.Itoa(MaxListEntries)+" entries") {
 		t.Errorf("README contract does not say a list holds at most %d entries", MaxListEntries)
 	}
+	for _, mode := range []string{MIGEnabled, MIGEnabling} {
+		if !strings.Contains(section, "`"+mode+"`") {
+			t.Errorf("README contract does not name MIG mode `%s`", mode)
+		}
+	}
+	if !strings.Contains(section, "at most "+strconv.Itoa(MaxMIGInstances)+" |") {
+		t.Errorf("README mig table does not give at most %d instances", MaxMIGInstances)
+	}
+	if !strings.Contains(section, "`"+string(DefaultResourceNames().MIGResource("1g.10gb+me"))+"`") {
+		t.Errorf("README contract does not show how a profile with + is named (%s)", DefaultResourceNames().MIGResource("1g.10gb+me"))
+	}
 	if !strings.Contains(section, "1–"+strconv.Itoa(MaxMemoryMiB)+" (MiB)") {
 		t.Errorf("README resource table does not give 1–%d (MiB) for nvidia.com/gpumem", MaxMemoryMiB)
 	}
@@ -194,9 +210,27 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 func TestReadmeJSONExamples(t *testing.T) {
 	section := contractSection(t)
 	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section, -1)
-	if len(blocks) != 4 {
-		t.Fatalf("README contract has %d json blocks, want 4 (inventory, inventory with kubelet, assignment, allocation)", len(blocks))
+	if len(blocks) != 5 {
+		t.Fatalf("README contract has %d json blocks, want 5 (inventory, inventory with kubelet, inventory with MIG, assignment, allocation)", len(blocks))
 	}
+	mraw := blocks[2][1]
+	minv, err := DecodeInventory(mraw)
+	if err != nil {
+		t.Errorf("inventory with MIG example: %v", err)
+	}
+	wantMinv := sampleMIGInventory()
+	wantMinv.V = Version
+	if diff := cmp.Diff(wantMinv, minv); diff != "" {
+		t.Errorf("inventory with MIG example (-want +README):\n%s", diff)
+	}
+	menc, err := EncodeInventory(sampleMIGInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.NewReplacer("\n", "", "  ", "").Replace(mraw); got != menc {
+		t.Errorf("inventory with MIG example, without line breaks and indentation:\n%s\nwant (Encode):\n%s", got, menc)
+	}
+	blocks = append(blocks[:2:2], blocks[3:]...) // the checks below take inventory, inventory with kubelet, assignment, allocation
 	kraw := blocks[1][1]
 	kinv, err := DecodeInventory(kraw)
 	if err != nil {
@@ -270,6 +304,21 @@ func TestReadmeErrorExamplesAreReal(t *testing.T) {
 		func() error { _, err := ParseSelector(map[string]string{NodePolicy: "best"}); return err }(),
 		func() error {
 			c := ctr("train", res("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "140"), nil)
+			_, err := ParseContainerRequest(&c, DefaultResourceNames())
+			return err
+		}(),
+		func() error {
+			c := ctr("train", res("nvidia.com/mig-1g.10gb", "1", "nvidia.com/mig-3g.40gb", "1"), nil)
+			_, err := ParseContainerRequest(&c, DefaultResourceNames())
+			return err
+		}(),
+		func() error {
+			c := ctr("train", res("nvidia.com/gpu", "1", "nvidia.com/mig-1g.10gb", "1"), nil)
+			_, err := ParseContainerRequest(&c, DefaultResourceNames())
+			return err
+		}(),
+		func() error {
+			c := ctr("train", res("nvidia.com/mig-1g", "1"), nil)
 			_, err := ParseContainerRequest(&c, DefaultResourceNames())
 			return err
 		}(),

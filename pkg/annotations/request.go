@@ -280,7 +280,10 @@ func ParseContainerRequest(c *corev1.Container, names ResourceNames) (ContainerR
 		errs = append(errs, &Error{Container: c.Name, Key: string(names.MemPercentage),
 			Reason: fmt.Sprintf("cannot be combined with %s (choose one)", names.Mem)})
 	}
-	if r.Shared && countOK {
+	// A share beside a MIG resource is refused by readMIG; advice to add a card count would only
+	// lead to a second refusal.
+	migs := names.migResourcesOf(c)
+	if r.Shared && countOK && len(migs) == 0 {
 		share := sharedKeys(names, hasMem, hasPct)
 		switch {
 		case !hasCount:
@@ -291,7 +294,7 @@ func ParseContainerRequest(c *corev1.Container, names ResourceNames) (ContainerR
 				Reason: fmt.Sprintf("0 while %s asks for a share of a card; set %s: 1 or more", share, names.GPU)})
 		}
 	}
-	if migs := names.migResourcesOf(c); len(migs) > 0 {
+	if len(migs) > 0 {
 		errs = append(errs, r.readMIG(c, names, migs, count > 0 || r.Shared)...)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -191,6 +191,35 @@ func (s *Selector) CheckLower(modelLower, uuid string) Mismatch {
 // Accepts reports whether the selector accepts the card.
 func (s *Selector) Accepts(g *GPU) bool { return s.Check(g.Model, g.UUID) == MatchOK }
 
+// CheckDeviceLower is CheckLower for a device that may be a MIG instance: parent is the UUID of the
+// card it is on ("" for a whole card), modelLower the parent's model. The type rules read the
+// parent's model; use-gpuuuid accepts the device when it names the device or its parent (naming a
+// parent allows all its instances), and nouse-gpuuuid refuses it when it names either (naming a
+// parent excludes all its instances).
+func (s *Selector) CheckDeviceLower(modelLower, uuid, parent string) Mismatch {
+	if parent == "" {
+		return s.CheckLower(modelLower, uuid)
+	}
+	if m := s.CheckLower(modelLower, uuid); m != MismatchUseUUID && m != MatchOK {
+		return m
+	}
+	if len(s.UseUUIDs) > 0 && !slices.Contains(s.UseUUIDs, uuid) && !slices.Contains(s.UseUUIDs, parent) {
+		return MismatchUseUUID
+	}
+	if slices.Contains(s.NoUseUUIDs, uuid) || slices.Contains(s.NoUseUUIDs, parent) {
+		return MismatchNoUseUUID
+	}
+	return MatchOK
+}
+
+// CheckDevice is CheckDeviceLower for a model in any case.
+func (s *Selector) CheckDevice(model, uuid, parent string) Mismatch {
+	if len(s.UseTypes) == 0 && len(s.NoUseTypes) == 0 {
+		return s.CheckDeviceLower("", uuid, parent)
+	}
+	return s.CheckDeviceLower(strings.ToLower(model), uuid, parent)
+}
+
 // HasCardConstraint reports whether any type or UUID rule is set.
 func (s *Selector) HasCardConstraint() bool {
 	return len(s.UseTypes)+len(s.NoUseTypes)+len(s.UseUUIDs)+len(s.NoUseUUIDs) > 0

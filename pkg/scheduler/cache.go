@@ -223,7 +223,7 @@ func sameCards(a, b *core.NodeState) bool {
 		return false
 	}
 	for i := range a.Cards {
-		if a.Cards[i].GPU != b.Cards[i].GPU {
+		if !a.Cards[i].SameDevice(&b.Cards[i]) {
 			return false
 		}
 	}
@@ -269,10 +269,11 @@ func (c *Cache) bump(n *nodeEntry) {
 	}
 }
 
-// appendKey appends a key of a node's state that leaves out card identities (UUIDs, indexes):
-// two nodes with equal keys get the same verdict and score from Fit and Score for any pod whose
-// selector has no UUID rule (their plans differ only in the UUIDs they name), unless the reason
-// names an unhealthy card (Reason.UUID). Models are interned so keys stay short.
+// appendKey appends a key of a node's state that leaves out card identities (UUIDs, indexes; a MIG
+// instance's parent appears by its position): two nodes with equal keys get the same verdict and
+// score from Fit and Score for any pod whose selector has no UUID rule (their plans differ only in
+// the UUIDs they name), unless the reason names devices of its node (Reason.NodeSpecific: an
+// unhealthy card, MIG instances). Models are interned so keys stay short.
 func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s.Cards)))
 	for i := range s.Cards {
@@ -294,6 +295,13 @@ func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 			b = append(b, 1)
 		} else {
 			b = append(b, 0)
+		}
+		// MIG: a card in MIG mode, or an instance's profile and its parent's position.
+		b = append(b, boolByte(card.InMIGMode()))
+		b = append(binary.AppendUvarint(b, uint64(len(card.ProfileKey))), card.ProfileKey...)
+		if card.Instance() {
+			parent, _ := s.CardIndex(card.Parent)
+			b = binary.AppendUvarint(b, uint64(parent))
 		}
 	}
 	mode, ready := s.Sharing.ModeOrNone(), s.Sharing != nil && s.Sharing.Ready
@@ -671,7 +679,7 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			if !hit {
 				var plan *core.Plan
 				plan, v.Score, v.Reason = c.decideNode(n, p, &s)
-				store := share && (v.Reason == nil || v.Reason.UUID == "")
+				store := share && (v.Reason == nil || !v.Reason.NodeSpecific())
 				if store {
 					if _, taken := seen[k]; taken {
 						store = false
@@ -868,7 +876,9 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 				r := &p.Request.Containers[ci]
 				devs := cards[off+1 : off+1+cards[off]]
 				off += 1 + cards[off]
-				if r.Count != f.req.Count || other.uid == self {
+				if r.Count != f.req.Count || r.MIGProfile != f.req.MIGProfile || other.uid == self {
+					// Another count, or another resource (cards, or MIG instances of another
+					// profile: the device plugin serves each resource apart): never confused.
 					continue
 				}
 				if ordered && f.created >= p.Created {
@@ -924,14 +934,16 @@ func interchangeable(s *core.NodeState, p *core.Pod, r *annotations.ContainerReq
 	if p.Selector.HasCardConstraint() {
 		for _, uuid := range f.cards {
 			i, ok := s.CardIndex(uuid)
-			if !ok || !p.Selector.Accepts(&s.Cards[i].GPU) {
+			if !ok || !p.Accepts(&s.Cards[i]) {
 				return false
 			}
 		}
 	}
 	if f.sel.HasCardConstraint() {
 		for _, i := range devs {
-			if !f.sel.Accepts(&s.Cards[i].GPU) {
+			// A MIG instance by its parent's model and its own or its parent's UUID.
+			c := &s.Cards[i]
+			if f.sel.CheckDevice(c.Model, c.UUID, c.Parent) != annotations.MatchOK {
 				return false
 			}
 		}

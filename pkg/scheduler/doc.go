@@ -25,6 +25,9 @@
 // is Pending). Reserve refuses (ErrInFlight) to put a container beside an in-flight container of
 // the same device count that is not interchangeable with it (same request, each selector accepting
 // the other's cards); Evaluate reports such nodes with core.ReasonInFlight when another node fits.
+// The device plugin serves each MIG profile as a resource of its own, so containers of different
+// resources (cards, instances of another profile) never wait for one another. MIG instances are
+// held and freed by their MIG UUIDs exactly as cards by theirs.
 //
 // On nodes whose kubelet places exclusive CPUs per NUMA node (TopologyManager and the static CPU
 // manager), the counts the kubelet model reads are the node's listed pods plus the predicted CPUs of

@@ -19,6 +19,21 @@ type Cards struct {
 	maxPerNode int
 	models     []modelCards
 	byUUID     map[string]cardRef
+	// profiles are the MIG instances, by profile key (annotations.MIGProfileKey), sorted by key.
+	profiles []profileInstances
+}
+
+// profileInstances are the known MIG instances of one profile.
+type profileInstances struct {
+	key        string
+	maxPerNode int
+	instances  []migRef
+}
+
+// migRef is one MIG instance: its UUID, and its parent's UUID and model (selectors match the
+// parent's model, and the parent's or the instance's UUID).
+type migRef struct {
+	uuid, parent, model string
 }
 
 type modelCards struct {
@@ -34,18 +49,36 @@ type cardRef struct {
 }
 
 // NewCards builds the view from each node's inventory (node name → inventory). Unhealthy cards are
-// counted: a card that is down now may recover, and the webhook only advises.
+// counted: a card that is down now may recover, and the webhook only advises. So are cards in MIG
+// mode (their operator may turn it off), and their instances, healthy or not, under their profile.
 func NewCards(nodes map[string]annotations.Inventory) *Cards {
 	c := &Cards{byUUID: map[string]cardRef{}}
 	byModel := map[string]int{}
+	byProfile := map[string]int{}
 	for _, inv := range nodes {
 		if len(inv.GPUs) == 0 {
 			continue
 		}
 		c.nodes++
 		c.maxPerNode = max(c.maxPerNode, len(inv.GPUs))
+		onNode := map[string]int{}
 		for i := range inv.GPUs {
 			g := &inv.GPUs[i]
+			if g.MIG != nil {
+				for _, in := range g.MIG.Instances {
+					key := annotations.MIGProfileKey(in.Profile)
+					k, ok := byProfile[key]
+					if !ok {
+						k = len(c.profiles)
+						byProfile[key] = k
+						c.profiles = append(c.profiles, profileInstances{key: key})
+					}
+					p := &c.profiles[k]
+					p.instances = append(p.instances, migRef{uuid: in.UUID, parent: g.UUID, model: g.Model})
+					onNode[key]++
+					p.maxPerNode = max(p.maxPerNode, onNode[key])
+				}
+			}
 			ref := cardRef{uuid: g.UUID, model: g.Model, memMiB: g.MemoryMiB}
 			c.total++
 			c.byUUID[g.UUID] = ref
@@ -64,6 +97,7 @@ func NewCards(nodes map[string]annotations.Inventory) *Cards {
 		}
 	}
 	slices.SortFunc(c.models, func(a, b modelCards) int { return strings.Compare(a.model, b.model) })
+	slices.SortFunc(c.profiles, func(a, b profileInstances) int { return strings.Compare(a.key, b.key) })
 	return c
 }
 
@@ -140,6 +174,66 @@ func (c *Cards) Summary() string {
 			break
 		}
 		parts = append(parts, fmt.Sprintf("%d× %s", len(m.cards), m.model))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// profile returns the instances of a profile key, or nil.
+func (c *Cards) profile(key string) *profileInstances {
+	if c == nil {
+		return nil
+	}
+	i, ok := slices.BinarySearchFunc(c.profiles, key, func(p profileInstances, k string) int { return strings.Compare(p.key, k) })
+	if !ok {
+		return nil
+	}
+	return &c.profiles[i]
+}
+
+// FitsMIG reports whether some MIG instance of the profile key is accepted by sel: its parent's
+// model by the type lists, its parent's UUID or its own by the UUID lists.
+func (c *Cards) FitsMIG(sel *annotations.Selector, key string) bool {
+	p := c.profile(key)
+	if p == nil {
+		return false
+	}
+	types := annotations.Selector{UseTypes: sel.UseTypes, NoUseTypes: sel.NoUseTypes}
+	for _, in := range p.instances {
+		if len(sel.UseUUIDs) > 0 && !slices.Contains(sel.UseUUIDs, in.parent) && !slices.Contains(sel.UseUUIDs, in.uuid) {
+			continue
+		}
+		if slices.Contains(sel.NoUseUUIDs, in.parent) || slices.Contains(sel.NoUseUUIDs, in.uuid) {
+			continue
+		}
+		if types.Check(in.model, "") == annotations.MatchOK {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxInstancesPerNode is the largest number of MIG instances of the profile key on one node.
+func (c *Cards) MaxInstancesPerNode(key string) int {
+	if p := c.profile(key); p != nil {
+		return p.maxPerNode
+	}
+	return 0
+}
+
+// MIGSummary names the known MIG profiles with their instance counts, e.g. `7× 1g.10gb, 1× 3g.40gb`,
+// at most five of them.
+func (c *Cards) MIGSummary() string {
+	if c == nil || len(c.profiles) == 0 {
+		return "no MIG instances"
+	}
+	const most = 5
+	parts := make([]string, 0, min(len(c.profiles), most)+1)
+	for i, p := range c.profiles {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("%d more profiles", len(c.profiles)-most))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d× %s", len(p.instances), p.key))
 	}
 	return strings.Join(parts, ", ")
 }

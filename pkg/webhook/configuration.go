@@ -225,12 +225,15 @@ func (o *ConfigurationOptions) validate() error {
 // limits no resources.limits, a template no metadata. The chart builds the same strings
 // (templates/webhook/_cel.tpl); test/chart compares them.
 
-// celGPU: some container of the pod (spec) obj, init containers included, names a managed resource.
+// celGPU: some container of the pod (spec) obj, init containers included, names a managed resource
+// or a MIG resource (a name starting with the MIG prefix: the webhook itself tells a MIG profile from
+// a malformed one).
 func celGPU(names annotations.ResourceNames, obj string) string {
 	resources := celList(resourceStrings(names))
 	container := fmt.Sprintf("has(c.resources) && ("+
-		"(has(c.resources.limits) && %[1]s.exists(r, r in c.resources.limits)) || "+
-		"(has(c.resources.requests) && %[1]s.exists(r, r in c.resources.requests)))", resources)
+		"(has(c.resources.limits) && (%[1]s.exists(r, r in c.resources.limits) || c.resources.limits.exists(r, r.startsWith('%[2]s')))) || "+
+		"(has(c.resources.requests) && (%[1]s.exists(r, r in c.resources.requests) || c.resources.requests.exists(r, r.startsWith('%[2]s')))))",
+		resources, names.MIGResourcePrefix())
 	return fmt.Sprintf("%[1]s.spec.containers.exists(c, %[2]s) || "+
 		"(has(%[1]s.spec.initContainers) && %[1]s.spec.initContainers.exists(c, %[2]s))", obj, container)
 }

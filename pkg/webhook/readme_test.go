@@ -54,6 +54,9 @@ func TestREADMEMessages(t *testing.T) {
 		{newPod(main("nvidia.com/gpu", "1", "nvidia.com/gpumem", "90000")), known},
 		{newPod(main("nvidia.com/gpu", "1"), privileged), cards},
 		{newPod(annotated("nvidia.com/use-gputype", "H100"), main("nvidia.com/gpu", "1")), twoA100},
+		{newPod(main("nvidia.com/gpu", "1", "nvidia.com/mig-1g.10gb", "1")), cards},
+		{newPod(main("nvidia.com/mig-1g.10gb", "1", "nvidia.com/mig-2g.20gb", "1")), cards},
+		{newPod(main("nvidia.com/mig-3g.40gb", "1")), twoA100},
 		{newPod(containers(withEnv(ctr("main"), "NVIDIA_VISIBLE_DEVICES"))), cards},
 		{newPod(containers(withEnvFrom(ctr("main"), "NVIDIA_", "settings"))), cards},
 	} {
@@ -73,8 +76,8 @@ func TestREADMEMessages(t *testing.T) {
 	forged := &corev1.Binding{}
 	forged.Annotations = map[string]string{annotations.GPUAssignment: "{}"}
 	add(nil, r.ValidateBinding(forged, nil, "system:serviceaccount:team:volcano"))
-	if len(messages) != 21 {
-		t.Fatalf("got %d messages, want 21: %q", len(messages), messages)
+	if len(messages) != 24 {
+		t.Fatalf("got %d messages, want 24: %q", len(messages), messages)
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {

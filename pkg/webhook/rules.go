@@ -110,7 +110,10 @@ func (r *Rules) placedByCardinal(pod *corev1.Pod) bool {
 // Default mutates a GPU pod being created: it names Cardinal's scheduler, and gives every container
 // that asks for a share of a card (memory or cores) without a card count one card. It reports whether
 // it changed the pod, and a warning for each card count it added. Pods without GPU requests, pods
-// naming another scheduler and mirror pods are left alone.
+// naming another scheduler and mirror pods are left alone. A container that asks for MIG instances
+// gets nvidia.com/gpu: 0 where it names no card count: kube-scheduler calls an extender only for pods
+// naming one of its managedResources, which are exact names (no MIG profile could be listed in
+// advance), and 0 cards asks for nothing more.
 func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
 		return false, nil
@@ -119,22 +122,29 @@ func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 		pod.Spec.SchedulerName = r.SchedulerName
 		changed = true
 	}
-	add := func(c *corev1.Container) {
-		if !hasResource(c, r.Resources.Mem) && !hasResource(c, r.Resources.MemPercentage) && !hasResource(c, r.Resources.Cores) {
-			return
-		}
-		if hasResource(c, r.Resources.GPU) {
-			return
-		}
-		one := resource.MustParse("1")
+	setCount := func(c *corev1.Container, n string) {
+		q := resource.MustParse(n)
 		if c.Resources.Limits == nil {
 			c.Resources.Limits = corev1.ResourceList{}
 		}
-		c.Resources.Limits[r.Resources.GPU] = one
+		c.Resources.Limits[r.Resources.GPU] = q
 		if c.Resources.Requests != nil {
-			c.Resources.Requests[r.Resources.GPU] = one
+			c.Resources.Requests[r.Resources.GPU] = q
 		}
 		changed = true
+	}
+	add := func(c *corev1.Container) {
+		if hasResource(c, r.Resources.GPU) {
+			return
+		}
+		if r.hasMIG(c) {
+			setCount(c, "0")
+			return
+		}
+		if !hasResource(c, r.Resources.Mem) && !hasResource(c, r.Resources.MemPercentage) && !hasResource(c, r.Resources.Cores) {
+			return
+		}
+		setCount(c, "1")
 		warnings = append(warnings, fmt.Sprintf("container %q asks for a share of a card without %s: Cardinal added %s: 1 (one card)",
 			c.Name, r.Resources.GPU, r.Resources.GPU))
 	}
@@ -151,6 +161,48 @@ func hasResource(c *corev1.Container, name corev1.ResourceName) bool {
 	_, inLimits := c.Resources.Limits[name]
 	_, inRequests := c.Resources.Requests[name]
 	return inLimits || inRequests
+}
+
+// migResource returns a MIG resource the container names in its limits or requests (the first by
+// name), or "".
+func (r *Rules) migResource(c *corev1.Container) corev1.ResourceName {
+	var found corev1.ResourceName
+	for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+		for name := range l {
+			if r.Resources.IsMIGResource(name) && (found == "" || name < found) {
+				found = name
+			}
+		}
+	}
+	return found
+}
+
+func (r *Rules) hasMIG(c *corev1.Container) bool { return r.migResource(c) != "" }
+
+// requested names what a GPU pod asks for, for messages: the GPU resource, unless the pod asks only
+// for MIG instances (then the first MIG resource of its first container that names one; such a
+// container's nvidia.com/gpu, 0 after Default, is no card).
+func (r *Rules) requested(pod *corev1.Pod) corev1.ResourceName {
+	var mig corev1.ResourceName
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if m := r.migResource(&cs[i]); m != "" {
+				if mig == "" {
+					mig = m
+				}
+				continue
+			}
+			for _, n := range r.Resources.All() {
+				if hasResource(&cs[i], n) {
+					return r.Resources.GPU
+				}
+			}
+		}
+	}
+	if mig != "" {
+		return mig
+	}
+	return r.Resources.GPU
 }
 
 // ValidateCreate decides whether a pod being created (after Default) is admitted. A refusal is a
@@ -173,10 +225,10 @@ func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string
 	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; !mirror && pod.Spec.NodeName != "" {
 		if r.placedByCardinal(pod) {
 			ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass card selection: a pod requesting %s is placed by %s, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
-				pod.Spec.NodeName, r.Resources.GPU, r.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
+				pod.Spec.NodeName, r.requested(pod), r.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
 		} else {
 			ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass scheduling: a pod requesting %s must be bound by its scheduler (%q), so that its cards are counted before it runs; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
-				pod.Spec.NodeName, r.Resources.GPU, pod.Spec.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
+				pod.Spec.NodeName, r.requested(pod), pod.Spec.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))
 		}
 	}
 	if !r.placedByCardinal(pod) {
@@ -214,7 +266,7 @@ func (r *Rules) privilegedWarnings(pod *corev1.Pod) []string {
 		if sc == nil || sc.Privileged == nil || !*sc.Privileged {
 			return
 		}
-		if !hasResource(c, r.Resources.GPU) {
+		if !hasResource(c, r.Resources.GPU) && !r.hasMIG(c) {
 			return
 		}
 		out = append(out, fmt.Sprintf("container %q is privileged: it can see and use every GPU on its node, not only the cards Cardinal assigns it", c.Name))
@@ -229,15 +281,21 @@ func (r *Rules) privilegedWarnings(pod *corev1.Pod) []string {
 }
 
 // cardWarnings says when no card Cardinal knows can satisfy the pod. Such a pod is admitted (a node
-// with the right cards may join later) and stays Pending until then.
+// with the right cards may join later) and stays Pending until then. A container asking for MIG
+// instances is checked against the known instances of its profile instead of cards.
 func (r *Rules) cardWarnings(req *annotations.PodRequest, sel *annotations.Selector, cards *Cards) []string {
-	if sel.HasCardConstraint() && !cards.Fits(sel, 0) {
+	wholeCards := slices.ContainsFunc(req.Containers, func(c annotations.ContainerRequest) bool { return !c.MIG() })
+	if wholeCards && sel.HasCardConstraint() && !cards.Fits(sel, 0) {
 		return []string{fmt.Sprintf("no card Cardinal knows matches %s (known: %s); the pod stays Pending until such a card joins",
 			sel.String(), cards.Summary())}
 	}
 	var out []string
 	for i := range req.Containers {
 		c := &req.Containers[i]
+		if c.MIG() {
+			out = append(out, r.migWarnings(c, sel, cards)...)
+			continue
+		}
 		if c.MemoryMiB > 0 && !cards.Fits(sel, c.MemoryMiB) {
 			out = append(out, fmt.Sprintf("container %q: %s: no card Cardinal knows that matches %s has %d MiB; the pod stays Pending until one joins",
 				c.Name, r.Resources.Mem, sel.String(), c.MemoryMiB))
@@ -248,6 +306,24 @@ func (r *Rules) cardWarnings(req *annotations.PodRequest, sel *annotations.Selec
 		}
 	}
 	return out
+}
+
+// migWarnings says when no MIG instance Cardinal knows can serve a container asking for instances.
+func (r *Rules) migWarnings(c *annotations.ContainerRequest, sel *annotations.Selector, cards *Cards) []string {
+	name := r.Resources.MIGResource(c.MIGProfile)
+	if !cards.FitsMIG(sel, c.MIGProfile) {
+		matching := ""
+		if sel.HasCardConstraint() {
+			matching = " that matches " + sel.String()
+		}
+		return []string{fmt.Sprintf("container %q: %s: no %s instance Cardinal knows%s (known: %s); the pod stays Pending until one joins",
+			c.Name, name, c.MIGProfile, matching, cards.MIGSummary())}
+	}
+	if most := cards.MaxInstancesPerNode(c.MIGProfile); c.Count > most {
+		return []string{fmt.Sprintf("container %q: %s: %d is more %s instances than any node Cardinal knows has (at most %d); the pod stays Pending until such a node joins",
+			c.Name, name, c.Count, c.MIGProfile, most)}
+	}
+	return nil
 }
 
 // ValidateUpdate decides whether an update of a pod (through pods, pods/status or

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core/topology"
@@ -71,6 +72,8 @@ type Pod struct {
 	// RequireEnforcedSharing.
 	shared          string
 	requireEnforced bool
+	// mig names a container that takes MIG instances (the first), "" when none does.
+	mig string
 }
 
 // uuidRules are a selector's UUID lists as sets, for lists long enough that a scan per card would
@@ -107,18 +110,23 @@ func newUUIDRules(sel *annotations.Selector) *uuidRules {
 	return r
 }
 
-// accepts is Selector.CheckLower(...) == MatchOK with set lookups for the UUID rules.
-func (r *uuidRules) accepts(modelLower, uuid string) bool {
+// accepts is Selector.CheckDeviceLower(...) == MatchOK with set lookups for the UUID rules: a MIG
+// instance (parent set) is accepted by its own UUID or its parent's, refused by either.
+func (r *uuidRules) accepts(modelLower, uuid, parent string) bool {
 	if r.types.CheckLower(modelLower, "") != annotations.MatchOK {
 		return false
 	}
-	if r.use != nil {
-		if _, ok := r.use[uuid]; !ok {
-			return false
+	in := func(m map[string]struct{}) bool {
+		_, ok := m[uuid]
+		if !ok && parent != "" {
+			_, ok = m[parent]
 		}
+		return ok
 	}
-	_, refused := r.noUse[uuid]
-	return !refused
+	if r.use != nil && !in(r.use) {
+		return false
+	}
+	return !in(r.noUse)
 }
 
 // Prepare resolves a pod's policies. It fails when the pod names a policy this build cannot apply.
@@ -142,6 +150,9 @@ func (d *Decider) Prepare(req annotations.PodRequest, sel annotations.Selector) 
 		}
 		if c.Shared && p.shared == "" {
 			p.shared = c.Name
+		}
+		if c.MIG() && p.mig == "" {
+			p.mig = c.Name
 		}
 	}
 	var err error
@@ -187,7 +198,12 @@ func kubeletRequest(req *annotations.PodRequest) (topology.Request, []int) {
 		if devices == 0 && cpus == 0 && !listed {
 			continue
 		}
-		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: devices, CPUs: cpus, ListsDevices: listed})
+		res := ""
+		if gi >= 0 {
+			res = req.Containers[gi].MIGProfile
+		}
+		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: devices, Resource: res,
+			CPUs: cpus, ListsDevices: listed})
 		gpu = append(gpu, gi)
 	}
 	if next == len(req.Containers) && len(req.CPUs) > 0 {
@@ -205,7 +221,7 @@ func kubeletRequest(req *annotations.PodRequest) (topology.Request, []int) {
 			break
 		}
 		c := &req.Containers[i]
-		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: c.Count})
+		r.Containers = append(r.Containers, topology.Container{Name: c.Name, Init: c.Init, Restartable: c.Sidecar, Devices: c.Count, Resource: c.MIGProfile})
 		gpu = append(gpu, i)
 	}
 	return r, gpu
@@ -287,7 +303,8 @@ func (p *Plan) Assignment(n *NodeState) annotations.Assignment {
 		for j, di := range c.Devices {
 			d := p.Devices[di]
 			card := &n.Cards[d.Card]
-			ca.Devices[j] = annotations.DeviceAssignment{UUID: card.UUID, ID: card.DeviceID(d.Slot), MemoryMiB: d.MemMiB, Cores: d.Cores}
+			ca.Devices[j] = annotations.DeviceAssignment{UUID: card.UUID, ID: card.DeviceID(d.Slot), MemoryMiB: d.MemMiB, Cores: d.Cores,
+				Parent: card.Parent, Profile: card.Profile}
 		}
 		a.Containers[i] = ca
 	}
@@ -319,14 +336,23 @@ type Scratch struct {
 	selAccept bool
 }
 
-// accepts is p.Selector.CheckLower for card c, remembering the verdict per model.
+// Accepts reports whether the pod's selector accepts card c (a MIG instance by its parent's model
+// and by its own or its parent's UUID: annotations.Selector.CheckDevice).
+func (p *Pod) Accepts(c *Card) bool {
+	if p.uuids != nil {
+		return p.uuids.accepts(c.modelLower, c.UUID, c.Parent)
+	}
+	return p.Selector.CheckDeviceLower(c.modelLower, c.UUID, c.Parent) == annotations.MatchOK
+}
+
+// accepts is p.Accepts for card c, remembering the verdict per model.
 func (s *Scratch) accepts(p *Pod, c *Card) bool {
 	sel := &p.Selector
 	if p.uuids != nil {
-		return p.uuids.accepts(c.modelLower, c.UUID)
+		return p.uuids.accepts(c.modelLower, c.UUID, c.Parent)
 	}
 	if len(sel.UseUUIDs)+len(sel.NoUseUUIDs) > 0 {
-		return sel.CheckLower(c.modelLower, c.UUID) == annotations.MatchOK
+		return sel.CheckDeviceLower(c.modelLower, c.UUID, c.Parent) == annotations.MatchOK
 	}
 	if len(sel.UseTypes)+len(sel.NoUseTypes) == 0 {
 		return true
@@ -353,14 +379,17 @@ type fit struct {
 	order  []int
 	picked []int
 	pool   []int
+	kind   []int // the devices of pool a container's kind can reuse (nodes with MIG instances)
 	groups []numaGroup
 	ids    []int // backing store of the containers' device indexes
 	in     CardInput
 	plan0  Plan
-	// The cards the pod's selector accepts (match), of them the healthy ones (healthy), and an
-	// unhealthy one's UUID.
-	match, healthy int
-	unhealthyUUID  string
+	// The whole cards the pod's selector accepts (match), of them the healthy ones (healthy), and
+	// an unhealthy one's UUID; cards in MIG mode it accepts (inMIG). MIG instances are counted per
+	// profile (counts), from accepted (set only for a pod with MIG containers).
+	match, healthy, inMIG int
+	unhealthyUUID         string
+	accepted              []bool
 	// prefer is a NUMA node the cards should go to when they can (-1: none); see retryNUMA.
 	prefer int
 	// allow, when not nil, limits the cards pickNew may choose (the kubelet's pool).
@@ -414,10 +443,25 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 		total += p.Request.Containers[i].Count
 	}
 	f.ids = resize(f.ids, total)
-	f.match, f.healthy, f.unhealthyUUID = 0, 0, ""
+	f.match, f.healthy, f.inMIG, f.unhealthyUUID = 0, 0, 0, ""
+	mig := p.mig != "" && n.MIG > 0
+	if mig {
+		f.accepted = resize(f.accepted, len(n.Cards))
+	}
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		if !s.accepts(p, c) {
+			continue
+		}
+		if c.MIG != nil || c.Instance() {
+			// MIG devices: a parent serves nothing; instances are counted per profile (counts).
+			if c.InMIGMode() {
+				f.inMIG++
+			}
+			f.ok[i] = c.Healthy
+			if mig {
+				f.accepted[i] = true
+			}
 			continue
 		}
 		f.match++
@@ -429,6 +473,13 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 		f.ok[i] = true
 	}
 	if n.kubelet != nil {
+		if p.mig != "" && n.kubelet.node.Scope == topology.ScopePod && !p.kubelet.OneResource() {
+			r := &Reason{Kind: ReasonKubeletMIG, Policy: string(n.kubelet.node.Policy)}
+			if len(p.Request.Containers) > 1 {
+				r.Container = p.mig
+			}
+			return nil, r
+		}
 		return f.fitKubelet()
 	}
 	plan, r := f.place(-1)
@@ -447,8 +498,9 @@ func (f *fit) place(prefer int) (*Plan, *Reason) {
 	f.start(prefer)
 	for ci := range p.Request.Containers {
 		c := &p.Request.Containers[ci]
-		if f.healthy < c.Count {
-			return nil, f.reason(c, f.countReason(c, f.match, f.healthy, f.unhealthyUUID))
+		match, healthy, unhealthy := f.counts(c)
+		if healthy < c.Count {
+			return nil, f.reason(c, f.countReason(c, match, healthy, unhealthy))
 		}
 		// This container's device indexes: at most c.Count entries of the backing store.
 		at := len(f.ids)
@@ -458,13 +510,37 @@ func (f *fit) place(prefer int) (*Plan, *Reason) {
 			return nil, f.reason(c, r)
 		}
 		reused := len(mine)
-		mine, r = f.pickNew(c, mine, f.healthy)
+		mine, r = f.pickNew(c, mine, healthy)
 		if r != nil {
 			return nil, f.reason(c, r)
 		}
 		f.placed(c, mine, reused)
 	}
 	return f.plan, nil
+}
+
+// counts returns, for container c, the devices of its kind (Card.Serves) the selector accepts,
+// the healthy ones among them, and an unhealthy one's UUID.
+func (f *fit) counts(c *annotations.ContainerRequest) (match, healthy int, unhealthy string) {
+	if !c.MIG() {
+		return f.match, f.healthy, f.unhealthyUUID
+	}
+	if f.node.MIG == 0 {
+		return 0, 0, ""
+	}
+	for i := range f.node.Cards {
+		card := &f.node.Cards[i]
+		if !f.accepted[i] || !card.Serves(c) {
+			continue
+		}
+		match++
+		if f.ok[i] {
+			healthy++
+		} else {
+			unhealthy = card.UUID
+		}
+	}
+	return match, healthy, unhealthy
 }
 
 // start empties the plan and what this pod holds, for a new try.
@@ -526,11 +602,17 @@ func (f *fit) reason(c *annotations.ContainerRequest, r *Reason) *Reason {
 	if len(f.pod.Request.Containers) > 1 {
 		r.Container = c.Name
 	}
+	if c.MIG() {
+		f.migReason(c, r)
+	}
 	return r
 }
 
 func (f *fit) countReason(c *annotations.ContainerRequest, match, healthy int, unhealthyUUID string) *Reason {
 	r := &Reason{Need: c.Count, Have: healthy, Of: match, Selector: f.pod.rules, Models: f.node.Models}
+	if !c.MIG() {
+		r.InMIG = f.inMIG
+	}
 	switch {
 	case match == 0:
 		r.Kind = ReasonNoMatch
@@ -553,6 +635,16 @@ func (f *fit) countReason(c *annotations.ContainerRequest, match, healthy int, u
 // corrects the record when the kubelet took others: they are this pod's and fit the container).
 func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason) {
 	pool := f.pool
+	if f.node.MIG > 0 {
+		// The kubelet hands devices on per resource: a container reuses those of its own kind.
+		f.kind = f.kind[:0]
+		for _, di := range pool {
+			if f.node.Cards[f.plan.Devices[di].Card].Serves(c) {
+				f.kind = append(f.kind, di)
+			}
+		}
+		pool = f.kind
+	}
 	if len(pool) == 0 {
 		return mine, nil
 	}
@@ -611,6 +703,17 @@ func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason
 // cardScore runs the card strategy on the scratch's CardInput (no allocation per card).
 func (f *fit) cardScore(card *Card, before, after Usage, c *annotations.ContainerRequest) float64 {
 	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix, Host: f.pod.Host, frag: &f.frag}
+	if card.Instance() {
+		// This pod's earlier devices on the parent count as held.
+		var extra int64
+		for _, d := range f.plan.Devices {
+			if o := &f.node.Cards[d.Card]; o.Instance() && o.parent == card.parent && o.Held == 0 && o != card {
+				extra += o.weight
+			}
+		}
+		f.in.ParentBefore = f.node.parentUsed(card, extra)
+		f.in.ParentAfter = f.node.parentUsed(card, extra+card.weight)
+	}
 	return f.pod.card.Score(&f.in)
 }
 
@@ -634,7 +737,7 @@ func (f *fit) reuseFits(c *annotations.ContainerRequest, di int) bool {
 	d := f.plan.Devices[di]
 	card := &f.node.Cards[d.Card]
 	e := f.extra[d.Card]
-	if !f.ok[d.Card] {
+	if !f.ok[d.Card] || !card.Serves(c) {
 		return false
 	}
 	if c.Exclusive() {
@@ -653,7 +756,10 @@ func (f *fit) fits(c *annotations.ContainerRequest, i int) bool {
 	card := &f.node.Cards[i]
 	e := f.extra[i]
 	switch {
-	case !f.ok[i], card.Whole+e.Whole > 0:
+	case !f.ok[i], card.Whole+e.Whole > 0, !card.Serves(c):
+		return false
+	case card.Instance() && f.node.Cards[card.parent].Held > 0:
+		// A holder of the whole parent (recorded before MIG mode) still runs on it.
 		return false
 	case c.Exclusive():
 		return card.Held+e.Held == 0
@@ -889,3 +995,29 @@ func (p *Pod) sharingRefusal(n *NodeState) *Reason {
 
 // SharedContainer names the pod's first container that shares cards ("" when none does).
 func (p *Pod) SharedContainer() string { return p.shared }
+
+// migReason completes reason r of MIG container c: the profile (its text then counts instances),
+// and for reasons that count instances, the node's free instances (and with ReasonNoMatch, the
+// node's instances of the profile and their parents' models, whatever the selector).
+func (f *fit) migReason(c *annotations.ContainerRequest, r *Reason) {
+	r.Profile = c.MIGProfile
+	switch r.Kind {
+	case ReasonNoMatch, ReasonTooFewCards, ReasonUnhealthy, ReasonNoCapacity:
+	default:
+		return
+	}
+	r.Free = f.node.freeInstances(f.extra)
+	if r.Kind != ReasonNoMatch {
+		return
+	}
+	var models []string
+	for i := range f.node.Cards {
+		if card := &f.node.Cards[i]; card.Serves(c) {
+			r.Of++
+			if !slices.Contains(models, card.Model) {
+				models = append(models, card.Model)
+			}
+		}
+	}
+	r.Models = strings.Join(models, ", ")
+}

@@ -32,7 +32,8 @@
 //   - Pod.Score(*NodeState, *Plan, *TaskMix) float64: 0..MaxScore by the node policy.
 //     ExtenderScore rounds it for the extender API; Candidate.Better breaks ties by node name.
 //   - Plan.Assignment(*NodeState) annotations.Assignment renders the record the extender writes:
-//     the UUID for cards that are not shared, `<UUID>::<k>` (lowest free k) for shared ones.
+//     the UUID for cards that are not shared, `<UUID>::<k>` (lowest free k) for shared ones, the
+//     MIG UUID with Parent and Profile for a MIG instance.
 //
 // # Rules
 //
@@ -50,6 +51,29 @@
 // each reserves the larger of both requests; the plan names the strategy's pick. A numa-bind pod
 // whose init containers hand cards on is tried again with every container preferring one NUMA node
 // (ascending) when placing them one after the other fails on NUMA.
+//
+// # MIG instances
+//
+// NewNodeState lists each MIG instance of a card in MIG mode (annotations.GPU.MIG, mode enabled)
+// as a Card of its own after the inventory's cards: UUID its MIG UUID, Model, Index and NUMA its
+// parent's, MemoryMiB and Healthy its own, Shares 1; Card.Parent, Profile and ProfileKey say where
+// it is and what it is. The parent stays in Cards (unhealthy, Card.InMIGMode) and serves nothing. A
+// container that asks for MIG instances (annotations.ContainerRequest.MIG) gets only instances whose
+// ProfileKey is its MIGProfile, each held whole; any other container only cards not in MIG mode
+// (Card.Serves). Selectors read an instance through its parent (the parent's model; its own UUID or
+// the parent's, annotations.Selector.CheckDevice); numa-bind through the parent's NUMA node; a
+// holding on the parent itself (a pod that had the card whole before MIG mode) keeps its instances
+// out. Reasons of a MIG container name the profile and the node's free instances (Reason.Profile,
+// Reason.Free, e.g. "no free 3g.40gb instance (node has 2x 1g.10gb free on GPU-…)"); whole-card
+// reasons count cards in MIG mode apart (Reason.InMIG). Binpack ranks an instance on a parent with
+// instances held first, then by how full the parent is after it (CardInput.ParentBefore and
+// ParentAfter, by instance memory); spread the opposite; frag-aware leaves instances out of its
+// measure and ranks them as binpack does. Node utilization counts a parent as one card, each
+// instance its share of it. On a node whose kubelet runs a TopologyManager policy other than none,
+// the kubelet model sees each profile as a resource of its own (topology.Device.Resource), so a MIG
+// container's NUMA node follows its profile's free instances; at pod scope a pod taking devices of
+// more than one resource is refused (ReasonKubeletMIG), the kubelet's merge across resources not
+// being modelled.
 //
 // # Kubelet topology
 //

@@ -37,6 +37,11 @@ import (
 // removes fragmentation, towards 0 as it adds some — and each card is scored −ΔF of its own change.
 // Equal ΔF: see fragTieBreak.
 //
+// MIG: instances are a partition the operator fixed, not capacity a placement can fragment, so the
+// measure leaves them out (they count as held cards: no free capacity, hosting no class) and the
+// mix counts no MIG request (TaskMix.AddPod). Among instances the card score is binpack's (fill
+// partly used parents first); a MIG pod's node score therefore sees ΔF = 0 (5) and the tie-break.
+//
 // Host resources: as FGD does, a node's free GPUs all count as fragmented for a task the node lacks
 // CPU or memory for; for whole-card tasks, so do the free cards the node's CPU and memory cannot
 // feed (hostCapacity), which keeps CPU-hungry pods off nodes whose CPU the free cards need. The
@@ -118,7 +123,7 @@ func fragAwareNode(in *NodeInput) float64 {
 // fragAwareCard scores one card for one device by the change of the node's expected fragmentation
 // when this card goes from Before to After (the other cards as they are).
 func fragAwareCard(in *CardInput) float64 {
-	if in.Mix == nil || in.Mix.Total <= 0 {
+	if in.Mix == nil || in.Mix.Total <= 0 || in.Card.Instance() {
 		return binpackCard(in)
 	}
 	s := in.frag.get()
@@ -486,7 +491,8 @@ func (s *fragState) sameAsPrevious(i int) int {
 		return -1
 	}
 	c, e := &s.node.Cards[i], &s.node.Cards[i-1]
-	if e.Usage == c.Usage && e.MemoryMiB == c.MemoryMiB && e.Shares == c.Shares && e.Healthy == c.Healthy && e.modelLower == c.modelLower {
+	if e.Usage == c.Usage && e.MemoryMiB == c.MemoryMiB && e.Shares == c.Shares && e.Healthy == c.Healthy && e.modelLower == c.modelLower &&
+		e.Instance() == c.Instance() {
 		return s.of[i-1]
 	}
 	return -1
@@ -627,7 +633,9 @@ type cardView struct {
 }
 
 func newView(c *Card, u Usage) cardView {
-	v := cardView{card: c, held: u.Held, whole: u.Whole > 0 || !c.Healthy}
+	// A MIG instance hosts no class of the mix (the mix counts card requests only), like a card
+	// held whole; its parent is unhealthy.
+	v := cardView{card: c, held: u.Held, whole: u.Whole > 0 || !c.Healthy || c.Instance()}
 	if v.whole {
 		return v
 	}

@@ -29,8 +29,9 @@ import (
 func (f *fit) fitKubelet() (*Plan, *Reason) {
 	p, kn := f.pod, f.node.kubelet
 	for ci := range p.Request.Containers {
-		if c := &p.Request.Containers[ci]; f.healthy < c.Count {
-			return nil, f.reason(c, f.countReason(c, f.match, f.healthy, f.unhealthyUUID))
+		c := &p.Request.Containers[ci]
+		if match, healthy, unhealthy := f.counts(c); healthy < c.Count {
+			return nil, f.reason(c, f.countReason(c, match, healthy, unhealthy))
 		}
 	}
 	f.start(-1)
@@ -87,7 +88,7 @@ func (f *fit) kubeletPick(mi int, fixed, pool []string, n int) []string {
 		return nil
 	}
 	// Devices handed on by init containers first: the kubelet takes them before anything else.
-	handed := len(f.pool)
+	handed := f.handedOn(c)
 	at := len(f.ids)
 	mine, r := f.reuse(c, f.ids[at:at:at+c.Count])
 	if r != nil {
@@ -154,7 +155,8 @@ func (f *fit) kubeletPick(mi int, fixed, pool []string, n int) []string {
 			}
 		}
 		from := len(mine)
-		mine, r = f.pickNew(c, mine, f.healthy)
+		_, healthy, _ := f.counts(c)
+		mine, r = f.pickNew(c, mine, healthy)
 		f.allow = nil
 		if r != nil {
 			if r.Kind == ReasonNoCapacity {
@@ -200,4 +202,19 @@ func (f *fit) oneNUMA(c *annotations.ContainerRequest, mine []int) *Reason {
 		return nil
 	}
 	return &Reason{Kind: ReasonNUMA, Need: c.Count, Have: most, Policy: string(f.node.kubelet.node.Policy)}
+}
+
+// handedOn counts the devices init containers hand on that container c can reuse: those of its
+// resource (the kubelet hands devices on per resource).
+func (f *fit) handedOn(c *annotations.ContainerRequest) int {
+	if f.node.MIG == 0 {
+		return len(f.pool)
+	}
+	n := 0
+	for _, di := range f.pool {
+		if f.node.Cards[f.plan.Devices[di].Card].Serves(c) {
+			n++
+		}
+	}
+	return n
 }

@@ -188,10 +188,13 @@ func (m *TaskMix) age(weight float64) {
 	m.step = 1
 }
 
-// AddPod counts every container of a pod, weight 1 each.
+// AddPod counts every container of a pod that asks for cards, weight 1 each (containers that
+// take MIG instances are left out: the mix describes requests for cards).
 func (m *TaskMix) AddPod(req *annotations.PodRequest, sel *annotations.Selector) {
 	for i := range req.Containers {
-		m.Add(ClassOf(&req.Containers[i], sel), 1)
+		if !req.Containers[i].MIG() {
+			m.Add(ClassOf(&req.Containers[i], sel), 1)
+		}
 	}
 }
 
@@ -199,6 +202,9 @@ func (m *TaskMix) AddPod(req *annotations.PodRequest, sel *annotations.Selector)
 // class carries the pod's request (bucketed), since a container runs only where its pod fits.
 func (m *TaskMix) AddPodHost(req *annotations.PodRequest, sel *annotations.Selector, host HostRequest) {
 	for i := range req.Containers {
+		if req.Containers[i].MIG() {
+			continue
+		}
 		t := ClassOf(&req.Containers[i], sel)
 		t.HostCPUMilli, t.HostMemMiB = bucket(host.CPUMilli, HostCPUBucket), bucket(host.MemMiB, HostMemBucket)
 		m.Add(t, 1)

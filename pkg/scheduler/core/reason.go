@@ -65,6 +65,13 @@ const (
 	// not reported yet, or may be freeing); the pod waits, like ReasonInFlight, rather than guess
 	// the NUMA node the kubelet picks.
 	ReasonKubeletCPUs
+	// ReasonKubeletMIG: a container takes MIG instances, the pod asks for devices of more than one
+	// resource (cards, or instances of several profiles), and the node's kubelet runs a
+	// TopologyManager policy (Policy) at pod scope. The kubelet then merges the hints of every
+	// resource of the pod, which the kubelet model does not compute for more than one, so it
+	// cannot predict which devices the kubelet hands over: such nodes are refused for the pod
+	// rather than placed on devices the kubelet may not give.
+	ReasonKubeletMIG
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -119,13 +126,28 @@ type Reason struct {
 	Problem CardProblem
 	// Kubelet is the kubelet model's refusal (ReasonKubeletRefuses).
 	Kubelet *topology.Refusal
+	// Profile is the MIG profile key a container asks instances of: the reason's text then counts
+	// instances of it, not cards (with ReasonNoMatch, Of is the node's instances of the profile
+	// whatever the selector, and Models the models of their parents). Free summarises the node's
+	// free instances for ReasonNoMatch, ReasonTooFewCards, ReasonUnhealthy and ReasonNoCapacity,
+	// e.g. "2x 1g.10gb free on GPU-…". Such reasons name the node's devices (NodeSpecific).
+	Profile string
+	Free    string
+	// InMIG is how many of the cards the selector accepts are in MIG mode (whole-card requests:
+	// ReasonNoMatch, ReasonTooFewCards): they serve only MIG instances.
+	InMIG int
 }
+
+// NodeSpecific reports whether the reason names devices of its node (UUIDs), so that it cannot
+// stand for another node in the same state.
+func (r *Reason) NodeSpecific() bool { return r.UUID != "" || r.Profile != "" }
 
 // Unresolvable reports whether the node cannot host the pod whatever happens to other pods
 // (kube-scheduler's FailedAndUnresolvableNodes): the node's cards, not their usage, are the cause.
 func (r *Reason) Unresolvable() bool {
 	switch r.Kind {
-	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards, ReasonSharingNotEnforced:
+	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards, ReasonSharingNotEnforced,
+		ReasonKubeletMIG:
 		return true
 	case ReasonKubeletRefuses:
 		return r.Kubelet != nil && r.Kubelet.Reason == topology.ReasonInvalidNode
@@ -146,6 +168,12 @@ func (r *Reason) String() string {
 	if r.Selector != "" {
 		matching = " matching " + r.Selector
 	}
+	if r.Profile != "" {
+		if text := r.migText(matching); text != "" {
+			b.WriteString(text)
+			return b.String()
+		}
+	}
 	switch r.Kind {
 	case ReasonUnknownNode:
 		b.WriteString("node is not known to the GPU scheduler")
@@ -154,9 +182,15 @@ func (r *Reason) String() string {
 	case ReasonBadInventory:
 		fmt.Fprintf(&b, "node's GPU inventory is unreadable: %s", r.Detail)
 	case ReasonNoMatch:
-		if r.Selector == "" {
+		switch {
+		case r.InMIG > 0 && r.Selector == "":
+			fmt.Fprintf(&b, "node has no GPU to use whole: its %s in MIG mode %s only MIG instances", cards(r.InMIG), plural(r.InMIG, "serves", "serve"))
+		case r.InMIG > 0:
+			fmt.Fprintf(&b, "no card matching %s can be used whole: %d in MIG mode %s only MIG instances (node has %s)",
+				r.Selector, r.InMIG, plural(r.InMIG, "serves", "serve"), r.Models)
+		case r.Selector == "":
 			b.WriteString("node has no GPUs")
-		} else {
+		default:
 			fmt.Fprintf(&b, "no card matches %s (node has %s)", r.Selector, r.Models)
 		}
 	case ReasonUnhealthy:
@@ -167,6 +201,9 @@ func (r *Reason) String() string {
 		}
 	case ReasonTooFewCards:
 		fmt.Fprintf(&b, "needs %s%s, node has %d (%s)", cards(r.Need), matching, r.Have, r.Models)
+		if r.InMIG > 0 {
+			fmt.Fprintf(&b, "; %d more in MIG mode %s only MIG instances", r.InMIG, plural(r.InMIG, "serves", "serve"))
+		}
 	case ReasonNoCapacity:
 		if !r.Shared {
 			fmt.Fprintf(&b, "needs %d free %s, %d of %d %s free", r.Need, plural(r.Need, "card", "cards"), r.Have, r.Of, plural(r.Have, "is", "are"))
@@ -193,6 +230,8 @@ func (r *Reason) String() string {
 		}
 	case ReasonKubeletChoice:
 		b.WriteString(r.kubeletText())
+	case ReasonKubeletMIG:
+		fmt.Fprintf(&b, "takes MIG instances beside other devices in one pod, which the GPU scheduler does not place on nodes whose kubelet runs the TopologyManager policy %s at pod scope (its hints across resources are not modelled yet)", r.Policy)
 	case ReasonSharingNotEnforced:
 		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
 	case ReasonSharingNotReady:
@@ -207,18 +246,61 @@ func (r *Reason) String() string {
 	return b.String()
 }
 
+// migText explains the reasons of a MIG container (Profile set), e.g. "no free 3g.40gb instance
+// (node has 2x 1g.10gb free on GPU-…)"; "" for kinds that read the same as for cards.
+func (r *Reason) migText(matching string) string {
+	free := r.Free
+	if free == "" {
+		free = "no free MIG instance"
+	}
+	switch r.Kind {
+	case ReasonNoMatch:
+		if r.Of == 0 {
+			return fmt.Sprintf("no %s instance (node has %s)", r.Profile, free)
+		}
+		return fmt.Sprintf("the node's %s on %s %s excluded by %s", r.instances(r.Of), r.Models, plural(r.Of, "is", "are"), r.Selector)
+	case ReasonUnhealthy:
+		if r.UUID != "" {
+			return fmt.Sprintf("MIG instance %s (%s) is unhealthy", r.UUID, r.Profile)
+		}
+		return fmt.Sprintf("needs %s%s, %d healthy (%d unhealthy)", r.instances(r.Need), matching, r.Have, r.Of-r.Have)
+	case ReasonTooFewCards:
+		return fmt.Sprintf("needs %s%s, node has %d (%s)", r.instances(r.Need), matching, r.Have, free)
+	case ReasonNoCapacity:
+		if r.Need == 1 && r.Have == 0 {
+			return fmt.Sprintf("no free %s instance (node has %s)", r.Profile, free)
+		}
+		return fmt.Sprintf("needs %d free %s, %d of %d %s free (node has %s)", r.Need, plural(r.Need, r.Profile+" instance", r.Profile+" instances"),
+			r.Have, r.Of, plural(r.Have, "is", "are"), free)
+	}
+	return ""
+}
+
+// devices is "n card(s)", or for a MIG container (Profile set) "n <profile> instance(s)".
+func (r *Reason) devices(n int) string {
+	if r.Profile != "" {
+		return r.instances(n)
+	}
+	return cards(n)
+}
+
+// instances is "n <profile> instance(s)".
+func (r *Reason) instances(n int) string {
+	return fmt.Sprintf("%d %s %s", n, r.Profile, plural(n, "instance", "instances"))
+}
+
 // numaText explains ReasonNUMA, e.g. "needs 3 cards on one NUMA node; the 1 card it reuses from
 // its init containers is on NUMA 0, which has 2".
 func (r *Reason) numaText() string {
-	s := fmt.Sprintf("needs %s on one NUMA node", cards(r.Need))
+	s := fmt.Sprintf("needs %s on one NUMA node", r.devices(r.Need))
 	switch {
 	case r.Policy != "":
 		return s + fmt.Sprintf("; the kubelet's %s policy puts at most %d on one", r.Policy, r.Have)
 	case r.Reused > 0 && r.NUMA < 0:
-		return s + fmt.Sprintf("; the %s it reuses from its init containers are on different NUMA nodes", cards(r.Reused))
+		return s + fmt.Sprintf("; the %s it reuses from its init containers are on different NUMA nodes", r.devices(r.Reused))
 	case r.Reused > 0:
 		return s + fmt.Sprintf("; the %s it reuses from its init containers %s on NUMA %d, which has %d",
-			cards(r.Reused), plural(r.Reused, "is", "are"), r.NUMA, r.Have)
+			r.devices(r.Reused), plural(r.Reused, "is", "are"), r.NUMA, r.Have)
 	}
 	return s + fmt.Sprintf(", best has %d", r.Have)
 }
@@ -227,7 +309,11 @@ func (r *Reason) numaText() string {
 // card from NUMA 0, where 0 of 1 free cards match use-gpuuuid=GPU-1".
 func (r *Reason) kubeletText() string {
 	if r.UUID != "" {
-		s := fmt.Sprintf("the kubelet's %s policy hands it card %s on NUMA %d outright", r.Policy, r.UUID, r.NUMA)
+		what := "card"
+		if r.Profile != "" {
+			what = "MIG instance"
+		}
+		s := fmt.Sprintf("the kubelet's %s policy hands it %s %s on NUMA %d outright", r.Policy, what, r.UUID, r.NUMA)
 		switch r.Problem {
 		case CardNoMatch:
 			return s + ", which does not match " + r.Selector
@@ -254,7 +340,11 @@ func (r *Reason) kubeletText() string {
 		where = "cards without a NUMA node"
 	}
 	s := fmt.Sprintf("the kubelet's %s policy takes its %s from %s, where %d of %d free %s", r.Policy,
-		cards(r.Need), where, r.Have, r.Of, plural(r.Of, "card", "cards"))
+		r.devices(r.Need), where, r.Have, r.Of, plural(r.Of, "card", "cards"))
+	if r.Profile != "" {
+		s = fmt.Sprintf("the kubelet's %s policy takes its %s from %s, where %d of %d free ones", r.Policy,
+			r.devices(r.Need), where, r.Have, r.Of)
+	}
 	switch {
 	case r.Shared && r.Selector != "":
 		return s + " match " + r.Selector + " and have " + r.shareNeed()

@@ -21,14 +21,52 @@ type Usage struct {
 	Whole int
 }
 
-// Card is one card of a node with what is held on it.
+// Card is one device of a node with what is held on it: a whole card, or a MIG instance (Parent
+// set). NewNodeState lists a MIG instance as a card of its own, whose GPU fields are the
+// instance's: UUID its MIG UUID, Model, Index and NUMA its parent's, MemoryMiB and Healthy its
+// own, Shares 1 (an instance is held whole). Its parent, a card in MIG mode (GPU.MIG set), stays in
+// the list but serves no container. So selection, placement, scores and holdings see instances
+// exactly as cards; Card.Serves keeps each container to its kind of device.
 type Card struct {
 	annotations.GPU
 	Usage
+	// Parent is the UUID of the card a MIG instance is on, "" for a whole card. Profile is the
+	// instance's MIG profile (1g.10gb+me) and ProfileKey its key (annotations.MIGProfileKey), which
+	// a MIG container's request names (ContainerRequest.MIGProfile).
+	Parent, Profile, ProfileKey string
 	// modelLower is the model lower-cased once, for selector checks.
 	modelLower string
 	// refs counts holders per device ID: index k is slot k, or the UUID (index 0) when Shares <= 1.
 	refs []int32
+	// parent is the index of Parent in NodeState.Cards (instances only). weight is an instance's
+	// share of its parent: its memory (1 when the parent's instances report none); on a parent,
+	// migWeight is the sum of its instances' weights and migHeld that of those held.
+	parent             int
+	weight             int64
+	migWeight, migHeld int64
+}
+
+// Instance reports whether the card is a MIG instance.
+func (c *Card) Instance() bool { return c.Parent != "" }
+
+// InMIGMode reports whether the card is a parent in MIG mode: it never serves a container itself.
+func (c *Card) InMIGMode() bool { return c.MIG != nil && c.Parent == "" }
+
+// Serves reports whether the card is the kind of device container r asks for: a MIG instance of
+// its profile for a MIG container, a whole card (not in MIG mode) for any other.
+func (c *Card) Serves(r *annotations.ContainerRequest) bool {
+	if c.Instance() {
+		return c.ProfileKey == r.MIGProfile
+	}
+	return c.MIG == nil && r.MIGProfile == ""
+}
+
+// SameDevice reports whether c and o describe the same device (what is held aside).
+func (c *Card) SameDevice(o *Card) bool {
+	a, b := c.GPU, o.GPU
+	a.MIG, b.MIG = nil, nil
+	return a == b && (c.MIG == nil) == (o.MIG == nil) && (c.MIG == nil || c.MIG.Mode == o.MIG.Mode) &&
+		c.Parent == o.Parent && c.Profile == o.Profile
 }
 
 // Slots is the number of device IDs the card offers: Shares, at least 1.
@@ -109,8 +147,11 @@ func (c *Card) slotFree(k int) bool { return c.refs[k] == 0 }
 type NodeState struct {
 	Name  string
 	Cards []Card
-	// Models summarises the cards for people, e.g. "2x NVIDIA A40, 1x Tesla T4".
+	// Models summarises the cards for people, e.g. "2x NVIDIA A40, 1x Tesla T4"; cards in MIG mode
+	// are counted apart ("2x NVIDIA A100-SXM4-80GB in MIG mode") and their instances not at all.
 	Models string
+	// MIG is the number of MIG instances among Cards (0: the node has none).
+	MIG int
 	// Host is the node's CPU and memory, when known (zero: unknown, and then ignored).
 	Host HostState
 	// Kubelet is the node's kubelet topology as its inventory reports it (nil: not reported, the
@@ -140,7 +181,8 @@ type kubeletNode struct {
 	index      map[string]int
 }
 
-func newKubeletNode(inv *annotations.Inventory) *kubeletNode {
+// newKubeletNode builds the kubelet model of node n (its cards built) from its inventory.
+func newKubeletNode(inv *annotations.Inventory, n *NodeState) *kubeletNode {
 	if inv.Kubelet == nil || inv.Kubelet.TopologyManagerPolicy == annotations.TopologyPolicyNone {
 		return nil
 	}
@@ -156,6 +198,15 @@ func newKubeletNode(inv *annotations.Inventory) *kubeletNode {
 			k.index[k.devs[len(k.card)].ID] = len(k.card)
 			k.card, k.slot = append(k.card, i), append(k.slot, slot)
 		}
+	}
+	// Then the MIG instances, in the order DevicesOf lists them.
+	for d := len(k.card); d < len(k.devs); d++ {
+		i, ok := n.byUUID[k.devs[d].ID]
+		if !ok || !n.Cards[i].Instance() {
+			return nil // not a node DecodeInventory accepts
+		}
+		k.index[k.devs[d].ID] = d
+		k.card, k.slot = append(k.card, i), append(k.slot, -1)
 	}
 	return k
 }
@@ -273,7 +324,7 @@ func (n *NodeState) UnholdHost(r HostRequest) {
 // NewNodeState builds the state of a node from its inventory, with nothing held.
 func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 	n := &NodeState{Name: name, Cards: make([]Card, len(inv.GPUs)), byUUID: make(map[string]int, len(inv.GPUs)),
-		Kubelet: inv.Kubelet, Sharing: inv.Sharing, kubelet: newKubeletNode(&inv)}
+		Kubelet: inv.Kubelet, Sharing: inv.Sharing}
 	for i, g := range inv.GPUs {
 		lower := strings.ToLower(g.Model)
 		// Cards of one model share one string, which compares by pointer (cheaply) in the scorers.
@@ -287,7 +338,40 @@ func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 		n.byUUID[g.UUID] = i
 	}
 	n.Models = modelSummary(n.Cards)
+	// MIG instances follow the cards (so a card's index is its index in the inventory, as the
+	// kubelet model reads it), parent by parent in the inventory's order.
+	for i := range inv.GPUs {
+		if m := inv.GPUs[i].MIG; m != nil && m.Mode == annotations.MIGEnabled {
+			n.addInstances(i, m.Instances)
+		}
+	}
+	n.kubelet = newKubeletNode(&inv, n)
 	return n
+}
+
+// addInstances appends the MIG instances of card p as cards.
+func (n *NodeState) addInstances(p int, ins []annotations.MIGInstance) {
+	var mem int64
+	for _, in := range ins {
+		mem += max(in.MemoryMiB, 0)
+	}
+	for _, in := range ins {
+		if _, dup := n.byUUID[in.UUID]; dup {
+			continue // the inventory decoder refuses this; never let one ID name two devices
+		}
+		parent := &n.Cards[p]
+		w := int64(1)
+		if mem > 0 {
+			w = max(in.MemoryMiB, 0)
+		}
+		parent.migWeight += w
+		g := annotations.GPU{UUID: in.UUID, Index: parent.Index, Model: parent.Model, MemoryMiB: in.MemoryMiB,
+			NUMA: parent.NUMA, Healthy: in.Healthy, Shares: 1}
+		n.byUUID[in.UUID] = len(n.Cards)
+		n.Cards = append(n.Cards, Card{GPU: g, Parent: parent.UUID, Profile: in.Profile, ProfileKey: annotations.MIGProfileKey(in.Profile),
+			modelLower: parent.modelLower, refs: make([]int32, 1), parent: p, weight: w})
+		n.MIG++
+	}
 }
 
 func modelSummary(cards []Card) string {
@@ -295,6 +379,9 @@ func modelSummary(cards []Card) string {
 	count := map[string]int{}
 	for i := range cards {
 		m := cards[i].Model
+		if cards[i].MIG != nil {
+			m += " in MIG mode"
+		}
 		if count[m] == 0 {
 			order = append(order, m)
 		}
@@ -328,19 +415,75 @@ func (n *NodeState) CardIndex(uuid string) (int, bool) {
 }
 
 // Utilization is the mean utilization of the node's healthy cards, in [0, 1]; 1 when none is healthy.
+// A card in MIG mode counts as one card whose utilization is the share of it (by memory) its
+// healthy instances held make up: each healthy instance counts as its share of a card (cardWeight).
 func (n *NodeState) Utilization() float64 {
-	sum, healthy := 0.0, 0
+	sum, healthy := 0.0, 0.0
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		if c.Healthy {
-			sum += c.Utilization(c.Usage)
-			healthy++
+			w := n.cardWeight(c)
+			sum += w * c.Utilization(c.Usage)
+			healthy += w
 		}
 	}
 	if healthy == 0 {
 		return 1
 	}
-	return sum / float64(healthy)
+	return sum / healthy
+}
+
+// cardWeight is how much of a card c counts for in the node's utilization: 1, or for a MIG
+// instance its share of its parent.
+func (n *NodeState) cardWeight(c *Card) float64 {
+	if !c.Instance() {
+		return 1
+	}
+	return float64(c.weight) / float64(n.Cards[c.parent].migWeight)
+}
+
+// freeInstances summarises the node's free healthy MIG instances by profile and parent, e.g.
+// "2x 1g.10gb free on GPU-a, 1x 3g.40gb free on GPU-b"; extra is what a plan holds on top (may be
+// nil). At most reasonListEntries groups are named, then a count of the rest.
+func (n *NodeState) freeInstances(extra []Usage) string {
+	type group struct {
+		profile, parent string
+		n               int
+	}
+	var groups []group
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		if !c.Instance() || !c.Healthy || c.Held > 0 || n.Cards[c.parent].Held > 0 || (i < len(extra) && extra[i].Held > 0) {
+			continue
+		}
+		gi := slices.IndexFunc(groups, func(g group) bool { return g.profile == c.Profile && g.parent == c.Parent })
+		if gi < 0 {
+			gi = len(groups)
+			groups = append(groups, group{profile: c.Profile, parent: c.Parent})
+		}
+		groups[gi].n++
+	}
+	if len(groups) == 0 {
+		return "no free MIG instance"
+	}
+	var b strings.Builder
+	for gi, g := range groups {
+		if gi == reasonListEntries {
+			fmt.Fprintf(&b, " (+%d more)", len(groups)-gi)
+			break
+		}
+		if gi > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%dx %s free on %s", g.n, g.profile, g.parent)
+	}
+	return b.String()
+}
+
+// parentUsed is the share of MIG instance c's parent held (by weight), extra more held on top.
+func (n *NodeState) parentUsed(c *Card, extra int64) float64 {
+	p := &n.Cards[c.parent]
+	return min(float64(p.migHeld+extra)/float64(p.migWeight), 1)
 }
 
 // Holding is one device ID held by a pod container (or several containers of one pod that share
@@ -383,6 +526,9 @@ func (n *NodeState) change(h Holding, sign int) bool {
 	c := &n.Cards[i]
 	if k := c.slotIndex(h.Slot); k >= 0 {
 		c.refs[k] += int32(sign)
+	}
+	if c.Instance() && (c.Held > 0) != (c.Held+sign > 0) {
+		n.Cards[c.parent].migHeld += int64(sign) * c.weight
 	}
 	c.Held += sign
 	c.MemMiB += int64(sign) * h.MemMiB

@@ -47,6 +47,9 @@ type CardInput struct {
 	Mix     *TaskMix
 	// Host is the pod's CPU and memory request (Pod.Host); Node.Host is the node before the pod.
 	Host HostRequest
+	// ParentBefore and ParentAfter are, for a MIG instance (Card.Instance), the share of its parent
+	// held before and after the device, by instance memory (this pod's earlier devices included).
+	ParentBefore, ParentAfter float64
 
 	frag *fragKeep // where a Scratch keeps the frag-aware policy's work on the node (nil: nowhere)
 }
@@ -94,34 +97,56 @@ func binpackNode(in *NodeInput) float64 { return MaxScore * utilizationAfter(in)
 // spreadNode prefers the emptiest node after the placement: 10 × (1 − mean card utilization).
 func spreadNode(in *NodeInput) float64 { return MaxScore * (1 - utilizationAfter(in)) }
 
+// utilizationAfter is NodeState.Utilization after the plan: a MIG instance counts as its share
+// of its parent (NodeState.cardWeight).
 func utilizationAfter(in *NodeInput) float64 {
-	sum, healthy := 0.0, 0
+	sum, healthy := 0.0, 0.0
 	for i := range in.Node.Cards {
 		c := &in.Node.Cards[i]
 		if !c.Healthy {
 			continue
 		}
-		healthy++
-		sum += c.Utilization(in.After(i))
+		w := in.Node.cardWeight(c)
+		healthy += w
+		sum += w * c.Utilization(in.After(i))
 	}
 	if healthy == 0 {
 		return 1
 	}
-	return sum / float64(healthy)
+	return sum / healthy
 }
 
 // binpackCard prefers the card that is fullest after the device (by memory and cores), so small
 // shares stack on cards already in use; a device that takes a card's last ID while memory or cores
 // stay free strands them, and that waste is subtracted.
+//
+// A MIG instance is held whole, so its own load says nothing: binpack fills partly used parents
+// first (1 when the parent already has held instances), then the parent fullest after the device
+// (keeping the larger parents' instances free together).
 func binpackCard(in *CardInput) float64 {
+	if in.Card.Instance() {
+		return used(in.ParentBefore) + in.ParentAfter
+	}
 	load := in.Card.load(in.After)
 	return load - in.Card.stranded(in.After, load)
 }
 
 // spreadCard prefers the emptiest card after the device, with the same penalty for stranding.
+// A MIG instance goes to a parent with nothing held first, then to the emptiest parent after it.
 func spreadCard(in *CardInput) float64 {
+	if in.Card.Instance() {
+		return 2 - used(in.ParentBefore) - in.ParentAfter
+	}
 	load := in.Card.load(in.After)
 	return 1 - load - in.Card.stranded(in.After, load)
+}
+
+// used is 1 when share is positive, else 0.
+func used(share float64) float64 {
+	if share > 0 {
+		return 1
+	}
+	return 0
 }
 
 // Candidate is a node with its score, for choosing among nodes.

@@ -9,7 +9,8 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
-// The sets Prepare builds for long UUID lists decide exactly as Selector.CheckLower does.
+// The sets Prepare builds for long UUID lists decide exactly as Selector.CheckDeviceLower does,
+// for cards and for MIG instances (by their own UUID or their parent's).
 func TestUUIDRulesAgreeWithCheck(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	uuid := func(i int) string { return fmt.Sprintf("GPU-%04d", i) }
@@ -39,9 +40,13 @@ func TestUUIDRulesAgreeWithCheck(t *testing.T) {
 		}
 		for i := 0; i < 200; i++ {
 			m := models[i%len(models)]
-			want := sel.CheckLower(m, uuid(i)) == annotations.MatchOK
-			if got := r.accepts(m, uuid(i)); got != want {
-				t.Fatalf("selector %s, card %s %s: sets say %v, CheckLower %v", sel.String(), m, uuid(i), got, want)
+			parent := ""
+			if i%2 == 1 {
+				parent = uuid(rng.IntN(200))
+			}
+			want := sel.CheckDeviceLower(m, uuid(i), parent) == annotations.MatchOK
+			if got := r.accepts(m, uuid(i), parent); got != want {
+				t.Fatalf("selector %s, card %s %s (parent %q): sets say %v, CheckDeviceLower %v", sel.String(), m, uuid(i), parent, got, want)
 			}
 		}
 	}

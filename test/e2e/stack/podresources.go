@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -33,6 +34,31 @@ func (s *Stack) podResources(node string) (podresourcesapi.PodResourcesListerCli
 // Allocatable returns the GPU device IDs node's kubelet can hand out now (its device manager's
 // healthy devices, allocated or not), sorted.
 func (s *Stack) Allocatable(ctx context.Context, node string) ([]string, error) {
+	byResource, err := s.allocatable(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return byResource[string(s.Names.GPU)], nil
+}
+
+// MIGAllocatable returns, per MIG resource (nvidia.com/mig-<profile>), the device IDs (MIG UUIDs)
+// node's kubelet can hand out now, sorted.
+func (s *Stack) MIGAllocatable(ctx context.Context, node string) (map[string][]string, error) {
+	byResource, err := s.allocatable(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for name, ids := range byResource {
+		if s.Names.IsMIGResource(corev1.ResourceName(name)) {
+			out[name] = ids
+		}
+	}
+	return out, nil
+}
+
+// allocatable is the kubelet's allocatable device IDs by resource name, sorted.
+func (s *Stack) allocatable(ctx context.Context, node string) (map[string][]string, error) {
 	client, done, err := s.podResources(node)
 	if err != nil {
 		return nil, err
@@ -42,20 +68,30 @@ func (s *Stack) Allocatable(ctx context.Context, node string) ([]string, error) 
 	if err != nil {
 		return nil, fmt.Errorf("pod resources of %s: GetAllocatableResources: %w", node, err)
 	}
-	var ids []string
+	out := map[string][]string{}
 	for _, d := range resp.GetDevices() {
-		if d.GetResourceName() == string(s.Names.GPU) {
-			ids = append(ids, d.GetDeviceIds()...)
-		}
+		out[d.GetResourceName()] = append(out[d.GetResourceName()], d.GetDeviceIds()...)
 	}
-	slices.Sort(ids)
-	return ids, nil
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out, nil
 }
 
 // Devices asks node's kubelet, through its PodResources API, which GPU devices each container
 // holds: the truth of who has which card. Device IDs are sorted; containers without GPU devices
 // are left out.
 func (s *Stack) Devices(ctx context.Context, node string) (map[ContainerRef][]string, error) {
+	return s.devices(ctx, node, func(name string) bool { return name == string(s.Names.GPU) })
+}
+
+// MIGDevices is Devices for the MIG resources: the MIG UUIDs each container holds, of any profile.
+func (s *Stack) MIGDevices(ctx context.Context, node string) (map[ContainerRef][]string, error) {
+	return s.devices(ctx, node, func(name string) bool { return s.Names.IsMIGResource(corev1.ResourceName(name)) })
+}
+
+// devices is the device IDs each container holds of the resources keep accepts.
+func (s *Stack) devices(ctx context.Context, node string, keep func(resource string) bool) (map[ContainerRef][]string, error) {
 	client, done, err := s.podResources(node)
 	if err != nil {
 		return nil, err
@@ -70,7 +106,7 @@ func (s *Stack) Devices(ctx context.Context, node string) (map[ContainerRef][]st
 		for _, c := range p.GetContainers() {
 			var ids []string
 			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == string(s.Names.GPU) {
+				if keep(d.GetResourceName()) {
 					ids = append(ids, d.GetDeviceIds()...)
 				}
 			}

@@ -395,7 +395,8 @@ func (s *Stack) WaitHTTP(t cluster.TB, p *cluster.Process, url string) {
 
 // WaitAdvertised waits until node's inventory annotation lists its cards with the health the
 // simulation file gives them now, and its kubelet reports as allocatable one device per healthy
-// card (Shares per card when shared).
+// card (Shares per card when shared). A card in MIG mode (now or pending) is never served whole: it
+// is listed unhealthy and gives no device.
 func (s *Stack) WaitAdvertised(t cluster.TB, node string) {
 	t.Helper()
 	cards, err := s.simCards(node)
@@ -405,8 +406,8 @@ func (s *Stack) WaitAdvertised(t cluster.TB, node string) {
 	want := 0
 	healthy := map[string]bool{}
 	for _, c := range cards {
-		healthy[c.UUID] = c.Healthy
-		if c.Healthy {
+		healthy[c.UUID] = c.Healthy && (c.MIG == nil || !c.MIG.Enabled())
+		if healthy[c.UUID] {
 			want += s.nodeShare[node]
 		}
 	}

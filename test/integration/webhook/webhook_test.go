@@ -1,8 +1,8 @@
 // Package webhook_test runs Cardinal's admission webhook in-process, registered with a real
 // kube-apiserver (test/cluster) through the MutatingWebhookConfiguration pkg/webhook generates: GPU
-// pods come back with Cardinal's scheduler, other pods are never sent, forged and malformed pods are
-// refused with the documented messages, warnings reach the client, and a rotated certificate is
-// picked up.
+// pods (MIG pods included) come back with Cardinal's scheduler, other pods are never sent, forged
+// and malformed pods are refused with the documented messages, warnings reach the client, and a
+// rotated certificate is picked up.
 package webhook_test
 
 import (
@@ -319,6 +319,38 @@ func TestWebhookInRealAPIServer(t *testing.T) {
 			if n := b.calls(t) - before; n != 1 {
 				t.Errorf("%s: webhook called %v times, want 1", p.Name, n)
 			}
+		}
+	})
+
+	t.Run("MIG pods are sent to Cardinal's scheduler; cards beside instances are refused", func(t *testing.T) {
+		before := b.calls(t)
+		got, err := pods.Create(ctx, pod("mig", nil, "nvidia.com/mig-1g.10gb", "2"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// nvidia.com/gpu: 0 makes kube-scheduler call the extender, whose managedResources name no
+		// MIG resource.
+		limit, named := got.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]
+		if got.Spec.SchedulerName != "cardinal-scheduler" || !named || !limit.IsZero() {
+			t.Errorf("schedulerName = %q, nvidia.com/gpu %s (named %v); want cardinal-scheduler, 0", got.Spec.SchedulerName, limit.String(), named)
+		}
+		if n := b.calls(t) - before; n != 1 {
+			t.Errorf("webhook called %v times, want 1", n)
+		}
+		// node-a's A100s are whole cards.
+		want := []string{`container "main": nvidia.com/mig-1g.10gb: no 1g.10gb instance Cardinal knows (known: no MIG instances); the pod stays Pending until one joins`}
+		if diff := cmp.Diff(want, warnings.take()); diff != "" {
+			t.Errorf("warnings (-want +got):\n%s", diff)
+		}
+		_, err = pods.Create(ctx, pod("mig-and-card", nil, "nvidia.com/gpu", "1", "nvidia.com/mig-1g.10gb", "1"), metav1.CreateOptions{})
+		wantErr := `denied the request: container "main": nvidia.com/mig-1g.10gb: cannot be combined with nvidia.com/gpu, nvidia.com/gpumem, nvidia.com/gpumem-percentage or nvidia.com/gpucores in one container (a container takes whole cards, shares of cards, or MIG instances)`
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("create error = %v\nwant one containing %s", err, wantErr)
+		}
+		_, err = pods.Create(ctx, pod("two-profiles", nil, "nvidia.com/mig-1g.10gb", "1", "nvidia.com/mig-3g.40gb", "1"), metav1.CreateOptions{})
+		wantErr = `denied the request: container "main": nvidia.com/mig-3g.40gb: asks for a second MIG profile beside nvidia.com/mig-1g.10gb`
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("create error = %v\nwant one containing %s", err, wantErr)
 		}
 	})
 

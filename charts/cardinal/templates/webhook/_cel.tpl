@@ -16,10 +16,11 @@ compares the rendering with the package's. Each piece mirrors the Go function na
 {{- list "NVIDIA_MIG_" "CUDA_DEVICE_MEMORY_LIMIT" "CUDA_DEVICE_SM_LIMIT" "CUDA_MPS_" | toJson -}}
 {{- end -}}
 
-{{/* celGPU. Call with (dict "root" $ "obj" "object"). */}}
+{{/* celGPU, MIG resources (<domain of the gpu resource>/mig-…) included. Call with (dict "root" $ "obj" "object"). */}}
 {{- define "cardinal.webhook.celGPU" -}}
 {{- $res := include "cardinal.webhook.celList" (include "cardinal.resourceNameList" .root | fromJsonArray) -}}
-{{- $container := printf "has(c.resources) && ((has(c.resources.limits) && %s.exists(r, r in c.resources.limits)) || (has(c.resources.requests) && %s.exists(r, r in c.resources.requests)))" $res $res -}}
+{{- $mig := printf "%s/mig-" (splitList "/" .root.Values.resourceNames.gpu | first) -}}
+{{- $container := printf "has(c.resources) && ((has(c.resources.limits) && (%[1]s.exists(r, r in c.resources.limits) || c.resources.limits.exists(r, r.startsWith('%[2]s')))) || (has(c.resources.requests) && (%[1]s.exists(r, r in c.resources.requests) || c.resources.requests.exists(r, r.startsWith('%[2]s')))))" $res $mig -}}
 {{- printf "%[1]s.spec.containers.exists(c, %[2]s) || (has(%[1]s.spec.initContainers) && %[1]s.spec.initContainers.exists(c, %[2]s))" .obj $container -}}
 {{- end -}}
 

@@ -19,6 +19,7 @@ func Admit(n *Node, devs []Device, r *Request) (Result, *Refusal) {
 	s := newSim(n, devs, r)
 	res := Result{Containers: make([]ContainerResult, len(r.Containers))}
 	if n.Scope == ScopePod {
+		s.use(r.podResource())
 		devNeed, cpuNeed := s.podRequests()
 		devHints, devMin := s.deviceHints(devNeed, s.podListsDevices(), false)
 		cpuHints, cpuMin := s.cpuHints(cpuNeed)
@@ -37,6 +38,7 @@ func Admit(n *Node, devs []Device, r *Request) (Result, *Refusal) {
 	}
 	for i := range r.Containers {
 		c := &r.Containers[i]
+		s.use(c.Resource)
 		cpuNeed := s.cpus(c)
 		listed := c.Devices > 0 || c.ListsDevices
 		devHints, devMin := s.deviceHints(c.Devices, listed, true)
@@ -85,9 +87,12 @@ type sim struct {
 	// cpuMasks every subset of those with CPUs, in the order of bitmask.IterateBitMasks.
 	def             Mask
 	masks, cpuMasks []Mask
-	// devTopology: some device reports a NUMA node (deviceHasTopologyAlignment).
+	// res is the resource whose devices the device manager considers now (use): the kubelet
+	// computes hints and allocates per resource.
+	res string
+	// devTopology: some device of res reports a NUMA node (deviceHasTopologyAlignment).
 	devTopology bool
-	// allOn counts every device (healthy or not, held or not) per NUMA ID.
+	// allOn counts every device of res (healthy or not, held or not) per NUMA ID.
 	allOn [64]int
 	// taken marks devices taken during this admission; reuse those in the pod's reuse set
 	// (devicesToReuse: handed on by init containers).
@@ -119,21 +124,34 @@ func newSim(n *Node, devs []Device, r *Request) *sim {
 	slices.Sort(cpuIDs)
 	s.masks = appendMasks(make([]Mask, 0, 1<<len(ids)-1), ids)
 	s.cpuMasks = appendMasks(nil, cpuIDs)
-	for i := range devs {
-		if id := devs[i].NUMA; id >= 0 {
+	s.res = "\x00" // no resource yet: use sets it
+	return s
+}
+
+// use makes the device manager consider the devices of resource res.
+func (s *sim) use(res string) {
+	if res == s.res {
+		return
+	}
+	s.res, s.devTopology, s.allOn = res, false, [64]int{}
+	for i := range s.devs {
+		if id := s.devs[i].NUMA; id >= 0 && s.devs[i].Resource == res {
 			s.devTopology = true
 			if id < 64 {
 				s.allOn[id]++
 			}
 		}
 	}
-	return s
 }
 
-// available is the device manager's getAvailableDevices: healthy and not held.
+// available is the device manager's getAvailableDevices: healthy and not held (of the resource
+// considered now).
 func (s *sim) available(i int) bool {
-	return s.devs[i].Healthy && !s.devs[i].Held && !s.taken[i]
+	return s.devs[i].Healthy && !s.devs[i].Held && !s.taken[i] && s.devs[i].Resource == s.res
 }
+
+// handedOn reports whether device i is of the resource considered now and in the pod's reuse set.
+func (s *sim) handedOn(i int) bool { return s.reuse[i] && s.devs[i].Resource == s.res }
 
 // cpus is guaranteedCPUs: the container's exclusive CPUs under the static policy.
 func (s *sim) cpus(c *Container) int {
@@ -180,7 +198,7 @@ func (s *sim) podListsDevices() bool {
 func (s *sim) reusedNUMA() Mask {
 	var m Mask
 	for i := range s.devs {
-		if s.reuse[i] {
+		if s.handedOn(i) {
 			m |= MaskOf(s.devs[i].NUMA)
 		}
 	}
@@ -206,7 +224,7 @@ func (s *sim) deviceHints(need int, listed, withReuse bool) (hints []Hint, min i
 	for i := range s.devs {
 		id := s.devs[i].NUMA
 		switch {
-		case withReuse && s.reuse[i]:
+		case withReuse && s.handedOn(i):
 			reused++
 			if id >= 0 {
 				reusedTopo++
@@ -343,7 +361,7 @@ func (s *sim) allocateDevices(ci int, c *Container, aff Mask) (Allocation, *Refu
 	var fixed, pool []int
 	healthy := 0
 	for i := range s.devs {
-		if s.devs[i].Healthy {
+		if s.devs[i].Healthy && s.devs[i].Resource == s.res {
 			healthy++
 		}
 	}
@@ -351,7 +369,7 @@ func (s *sim) allocateDevices(ci int, c *Container, aff Mask) (Allocation, *Refu
 		return a, s.refuse(ReasonDevicesUnavailable, c.Name, need, 0, 0, 0, Hint{})
 	}
 	for i := range s.devs {
-		if s.reuse[i] {
+		if s.handedOn(i) {
 			pool = append(pool, i)
 		}
 	}

@@ -23,12 +23,15 @@
 // I/O, no Kubernetes types. Admit with PolicyNone returns at once without allocating.
 //
 // Modelled: the four policies, both scopes, the options prefer-closest-numa-nodes and
-// max-allowable-numa-nodes, the device manager's hints and allocation for one device-plugin resource
-// (Cardinal's; a container whose limits name it with 0 gets hints too, Container.ListsDevices), the static CPU manager's hints and NUMA placement of exclusive CPUs, and the hand-on
-// of init containers' devices and CPUs to later containers (sidecars keep theirs).
+// max-allowable-numa-nodes, the device manager's hints and allocation per device-plugin resource
+// (Cardinal's GPU resource, and one MIG resource per profile: Device.Resource, Container.Resource;
+// a container whose limits name the GPU resource with 0 gets hints too, Container.ListsDevices),
+// the static CPU manager's hints and NUMA placement of exclusive CPUs, and the hand-on of init
+// containers' devices and CPUs to later containers (sidecars keep theirs).
 //
-// Not modelled (documented limits): other device-plugin resources and DRA claims of the same pod
-// (they add hint providers), the Static memory manager (assumed None: it then gives no hints), CPU
+// Not modelled (documented limits): at pod scope, a pod whose containers take devices of more than
+// one resource (Request.OneResource: the kubelet merges one hint list per resource); other
+// device-plugin resources and DRA claims of the same pod (they add hint providers), the Static memory manager (assumed None: it then gives no hints), CPU
 // manager options (full-pcpus-only, align-by-socket, distribute-cpus-across-numa), pod-level
 // resources, and the exact CPUs takeByTopology picks inside a multi-NUMA affinity (the model
 // takes them from the affinity's NUMA nodes with the fewest CPUs left first; only the per-NUMA counts

@@ -10,7 +10,8 @@ import (
 // every container gets exactly its count of distinct, healthy, free devices that its Allocation
 // accepts; long-running containers share none; exclusive CPUs add up; restricted and
 // single-numa-node admit only preferred hints; at container scope single-numa-node keeps a
-// container's devices on its NUMA node.
+// container's devices on its NUMA node; a container takes devices of its own resource only (at
+// pod scope, for pods of one resource).
 func FuzzAdmit(f *testing.F) {
 	f.Add([]byte{2, 1, 0, 1, 16, 2, 4, 16, 0, 0, 4, 1, 0, 4, 0, 1, 2, 6, 0})
 	f.Add([]byte{3, 2, 1, 1, 8, 0, 2, 8, 1, 1, 8, 0, 0, 2, 1, 1, 2, 1, 1, 3, 4, 2, 5, 2, 1})
@@ -33,8 +34,9 @@ func FuzzAdmit(f *testing.F) {
 			reserved := min(cpus, next()%3)
 			n.NUMA = append(n.NUMA, numa(id, cpus, reserved, min(cpus-reserved, next()%17)))
 			flags := next()
-			for k := range next() % 5 {
-				devs = append(devs, Device{ID: fmt.Sprintf("n%d-%d", id, k), NUMA: id,
+			count, res := next()%5, next()
+			for k := range count {
+				devs = append(devs, Device{ID: fmt.Sprintf("n%d-%d", id, k), NUMA: id, Resource: fuzzResources[res>>k&1],
 					Healthy: flags>>(2*k)&1 == 0, Held: flags>>(2*k+1)&1 == 1})
 			}
 		}
@@ -43,7 +45,10 @@ func FuzzAdmit(f *testing.F) {
 			kind := next() % 3
 			d := next()
 			req.Containers = append(req.Containers, Container{Name: fmt.Sprint("c", i), Init: kind > 0, Restartable: kind == 2,
-				Devices: d % 4, ListsDevices: d&4 != 0, CPUs: next() % 9})
+				Devices: d % 4, ListsDevices: d&4 != 0, Resource: fuzzResources[d>>3&1], CPUs: next() % 9})
+		}
+		if n.Scope == ScopePod && !req.OneResource() {
+			return // not modelled: callers refuse such pods
 		}
 		res, ref := Admit(n, devs, req)
 		if n.Policy == PolicyNone {
@@ -73,8 +78,8 @@ func FuzzAdmit(f *testing.F) {
 			}
 			for _, id := range taken {
 				k := slices.IndexFunc(devs, func(d Device) bool { return d.ID == id })
-				if k < 0 || !devs[k].Healthy || devs[k].Held {
-					t.Fatalf("%s: took %s, not a free healthy device", c.Name, id)
+				if k < 0 || !devs[k].Healthy || devs[k].Held || devs[k].Resource != c.Resource {
+					t.Fatalf("%s: took %s, not a free healthy device of its resource %q", c.Name, id, c.Resource)
 				}
 				if n.Policy == PolicySingleNUMANode && n.Scope != ScopePod && r.Hint.Affinity != 0 && !r.Hint.Affinity.Has(devs[k].NUMA) {
 					t.Fatalf("%s: took %s outside its NUMA node %s", c.Name, id, r.Hint.Affinity)
@@ -100,3 +105,7 @@ func FuzzAdmit(f *testing.F) {
 		}
 	})
 }
+
+// fuzzResources are the device resources FuzzAdmit draws from: Cardinal's GPU resource and one MIG
+// profile.
+var fuzzResources = [2]string{"", "1g.10gb"}

@@ -66,14 +66,14 @@ func (s *sim) refuse(reason Reason, container string, devices, cpus, devMin, cpu
 		p := s.pos[id]
 		f := NUMAFree{ID: id, CPUs: s.freeCPUs[p] + s.reuseCPUs[p]}
 		for i := range s.devs {
-			if s.devs[i].NUMA == id && (s.reuse[i] || s.available(i)) {
+			if s.devs[i].NUMA == id && (s.handedOn(i) || s.available(i)) {
 				f.Devices++
 			}
 		}
 		r.NUMA = append(r.NUMA, f)
 	}
 	for i := range s.devs {
-		if !s.def.Has(s.devs[i].NUMA) && (s.reuse[i] || s.available(i)) {
+		if !s.def.Has(s.devs[i].NUMA) && (s.handedOn(i) || s.available(i)) {
 			r.NoNUMADevices++
 		}
 	}

@@ -80,10 +80,13 @@ func (n *NUMANode) FreeCPUs() int {
 	return 0
 }
 
-// Device is one device the device plugin advertises for Cardinal's resource: a card's UUID, or a
-// share slot `<UUID>::<k>`.
+// Device is one device the device plugin advertises: a card's UUID, or a share slot `<UUID>::<k>`,
+// of Cardinal's GPU resource; or a MIG instance's UUID, of the MIG resource of its profile.
 type Device struct {
 	ID string
+	// Resource is "" for Cardinal's GPU resource, else the MIG profile key of the instance's
+	// resource (annotations.MIGProfileKey): the kubelet gives hints and allocates per resource.
+	Resource string
 	// NUMA is the NUMA node the plugin reports in the device's TopologyInfo; negative when it
 	// reports none (the plugin's TopologyInfo switch off, or NUMA unknown).
 	NUMA    int
@@ -98,8 +101,10 @@ type Container struct {
 	// Init marks an init container; Restartable an init container with restartPolicy Always (a
 	// sidecar), which keeps its devices and CPUs instead of handing them on.
 	Init, Restartable bool
-	// Devices is the container's limit of Cardinal's resource.
-	Devices int
+	// Devices is the container's limit of its device resource, Resource ("" for Cardinal's GPU
+	// resource, else a MIG profile key; a container takes devices of one resource).
+	Devices  int
+	Resource string
 	// ListsDevices is true when the container's limits name Cardinal's resource, with any
 	// quantity: the device manager gives hints for a limit of 0 too (GetTopologyHints keeps every
 	// resource of the limits), and those hints must hold the devices init containers hand on. A
@@ -204,4 +209,28 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// podResource is the device resource of the pod's containers that name one: at pod scope the model
+// considers one resource (see OneResource), that of the first such container ("" when none does).
+func (r *Request) podResource() string {
+	for i := range r.Containers {
+		if c := &r.Containers[i]; c.Devices > 0 || c.ListsDevices {
+			return c.Resource
+		}
+	}
+	return ""
+}
+
+// OneResource reports whether every container that names a device resource names the same one.
+// At pod scope the kubelet merges the hints of every resource of the pod, which Admit does not
+// model for more than one: a caller refuses such pods on nodes with the pod scope.
+func (r *Request) OneResource() bool {
+	res := r.podResource()
+	for i := range r.Containers {
+		if c := &r.Containers[i]; (c.Devices > 0 || c.ListsDevices) && c.Resource != res {
+			return false
+		}
+	}
+	return true
 }
