@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -187,23 +186,6 @@ func (t *deviceTable) syncInventoryHealth(i int) {
 			in.Healthy = m.Instance.Healthy
 		}
 	}
-}
-
-// checkInstanceSelector is the selector rule for a MIG instance: the type rules match its parent's
-// model; use-gpuuuid accepts it when it names the parent's UUID or the instance's MIG UUID, and
-// nouse-gpuuuid refuses it when it names either.
-func checkInstanceSelector(s *annotations.Selector, model, parent, mig string) annotations.Mismatch {
-	switch m := s.Check(model, parent); m {
-	case annotations.MismatchUseType, annotations.MismatchNoUseType:
-		return m
-	}
-	if len(s.UseUUIDs) > 0 && !slices.Contains(s.UseUUIDs, parent) && !slices.Contains(s.UseUUIDs, mig) {
-		return annotations.MismatchUseUUID
-	}
-	if slices.Contains(s.NoUseUUIDs, parent) || slices.Contains(s.NoUseUUIDs, mig) {
-		return annotations.MismatchNoUseUUID
-	}
-	return annotations.MatchOK
 }
 
 // describe names a device for messages: a card's UUID and model, or an instance's MIG UUID,

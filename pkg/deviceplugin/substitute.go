@@ -62,7 +62,8 @@ func checkSelector(t *deviceTable, owner *holder, ids []string) *AllocateError {
 			return refuse(ReasonUnknownDevice, []*podEntry{p}, "device %s of %s is not advertised by this plugin", id, owner)
 		}
 		if mig := t.devices[id].MIG; mig != nil {
-			if m := checkInstanceSelector(&p.Selector, c.Model, c.UUID, mig.Instance.UUID); m != annotations.MatchOK {
+			// The parent's model and UUID, or the instance's own MIG UUID.
+			if m := p.Selector.CheckDeviceLower(strings.ToLower(c.Model), mig.Instance.UUID, c.UUID); m != annotations.MatchOK {
 				return refuse(ReasonSelector, []*podEntry{p}, "the kubelet chose devices %s for %s instead of its assignment %s, but %s refuses %s",
 					strings.Join(ids, ","), owner, strings.Join(owner.ids(), ","), m.Key(), t.describe(t.devices[id]))
 			}
