@@ -720,3 +720,19 @@ func TestMIGPreferredOnlyOwnResource(t *testing.T) {
 		t.Errorf("preferred %v, want [MIG-01-1]", got)
 	}
 }
+
+// Admission gives a MIG container nvidia.com/gpu: 0 (so that kube-scheduler calls the extender for
+// it): that container takes instances only, and is served them.
+func TestMIGContainerWithZeroCards(t *testing.T) {
+	p := testPlugin(t, migCards(), 1)
+	obj := newPod("pod", ctr{name: "main", ids: []string{migUUID(0, 2)}, mig: "1g.10gb"}).obj(t)
+	obj.Spec.Containers[0].Resources.Limits[gpuRes] = *resource.NewQuantity(0, resource.DecimalSI)
+	p.UpsertPod(obj)
+	ids, resp, err := newMIGKubelet(p, mig1g).allocate(1)
+	if err != nil || !slices.Equal(ids, []string{"MIG-00-2"}) {
+		t.Fatalf("got %v, %v; want [MIG-00-2]", ids, err)
+	}
+	if got := resp.Envs[EnvVisibleDevices]; got != "MIG-00-2" {
+		t.Errorf("%s=%q", EnvVisibleDevices, got)
+	}
+}
