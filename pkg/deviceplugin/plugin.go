@@ -197,8 +197,8 @@ func (p *Plugin) refreshHeldLocked() {
 // unhealthy and now needs a reset counts as a change (the Node's event says so), though what the
 // kubelet sees does not change.
 //
-// ev.UUID names a card or a MIG instance. A card in MIG mode stays unhealthy as a whole card; its
-// health is its instances' (they are advertised unhealthy while it is), so the change reaches the
+// ev.UUID names a card or a MIG instance (whose events say its card's health too). A card in MIG
+// mode stays unhealthy as a whole card whatever its events say. A change wakes the ListAndWatch
 // stream of every resource.
 func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
 	p.mu.Lock()
@@ -342,7 +342,7 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 
 // ListAndWatch sends the GPU resource's device list, then again after every health change, until
 // the stream ends.
-func (p *Plugin) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	return p.listAndWatch(p.names.GPU, stream)
 }
 
