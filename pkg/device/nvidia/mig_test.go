@@ -1,12 +1,15 @@
 package nvidia_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
@@ -128,6 +131,10 @@ func migParent(uuid string, specs []migSpec) *mock.Device {
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 81920 << 20}, nvml.SUCCESS }
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.SUCCESS }
 	d.GetMigModeFunc = func() (int, int, nvml.Return) { return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS }
+	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 40, nvml.SUCCESS }
+	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS }
+	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeXidCriticalError, nvml.SUCCESS }
+	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return len(specs), nvml.SUCCESS }
 	d.GetGpuInstanceProfileInfoFunc = func(p int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 		info, ok := a100Profiles[p]
@@ -153,6 +160,7 @@ func migParent(uuid string, specs []migSpec) *mock.Device {
 		}
 		return &mock.Device{
 			GetUUIDFunc:              func() (string, nvml.Return) { return s.uuid, nvml.SUCCESS },
+			GetMemoryInfoFunc:        func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: s.memMiB << 20}, nvml.SUCCESS },
 			GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return s.gi, nvml.SUCCESS },
 			GetComputeInstanceIdFunc: func() (int, nvml.Return) { return s.ci, nvml.SUCCESS },
 			GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
@@ -407,4 +415,89 @@ func TestHealthMIGXidsOfTheCard(t *testing.T) {
 		}
 	}
 	h.noEventFor(t, 5)
+}
+
+// An XID naming a GPU instance and a compute instance marks that compute instance's MIG device
+// only; one naming the GPU instance and no compute instance marks all of them.
+func TestHealthMIGXidNamesAComputeInstance(t *testing.T) {
+	d := migParent("GPU-p", []migSpec{
+		{uuid: "MIG-a", gi: 1, ci: 0, profileID: 9, start: 0, sz: 4, c: 1, sms: 14, memMiB: 40192},
+		{uuid: "MIG-b", gi: 1, ci: 1, profileID: 9, start: 0, sz: 4, c: 2, sms: 28, memMiB: 40192},
+		{uuid: "MIG-c", gi: 13, ci: 0, profileID: 20, start: 6, sz: 1, c: 1, sms: 14, memMiB: 9856},
+	})
+	lib := newOneCard(d)
+	cards, err := nvidia.Discover(lib, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan nvml.EventData, 1)
+	lib.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+				select {
+				case e := <-events:
+					return e, nvml.SUCCESS
+				case <-time.After(time.Duration(ms) * time.Millisecond):
+					return nvml.EventData{}, nvml.ERROR_TIMEOUT
+				}
+			},
+		}, nvml.SUCCESS
+	}
+	reports := make(chan nvidia.HealthEvent, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- nvidia.WatchHealth(ctx, nvidia.HealthConfig{Lib: lib, Cards: cards, RecoveryInterval: 20 * time.Millisecond,
+			WaitTimeout: 5 * time.Millisecond, Log: logr.Discard()}, func(e nvidia.HealthEvent) { reports <- e })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	next := func() nvidia.HealthEvent {
+		t.Helper()
+		select {
+		case e := <-reports:
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("no health event")
+			return nvidia.HealthEvent{}
+		}
+	}
+	if e := next(); e.UUID != "GPU-p" || e.Healthy || !strings.Contains(e.Reason, "MIG mode is enabled") {
+		t.Fatalf("event %+v, want GPU-p unhealthy for its MIG mode", e)
+	}
+	for _, tc := range []struct {
+		ci   uint32
+		want []string
+	}{
+		{1, []string{"MIG-b"}},
+		{nvidia.NoInstance, []string{"MIG-a", "MIG-b"}},
+	} {
+		events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 62, GpuInstanceId: 1, ComputeInstanceId: tc.ci}
+		var down, up []string
+		for range tc.want {
+			e := next()
+			if e.Healthy || e.Xid != 62 || e.Parent != "GPU-p" {
+				t.Fatalf("ci %d: event %+v, want an instance of GPU-p down for XID 62", tc.ci, e)
+			}
+			down = append(down, e.UUID)
+		}
+		for range tc.want {
+			e := next()
+			if !e.Healthy {
+				t.Fatalf("ci %d: event %+v, want an instance recovering", tc.ci, e)
+			}
+			up = append(up, e.UUID)
+		}
+		if diff := cmp.Diff(tc.want, down); diff != "" {
+			t.Errorf("ci %d: instances down (-want +got):\n%s", tc.ci, diff)
+		}
+		if diff := cmp.Diff(tc.want, up); diff != "" {
+			t.Errorf("ci %d: instances recovered (-want +got):\n%s", tc.ci, diff)
+		}
+	}
 }
