@@ -120,8 +120,8 @@ type watchedInstance struct {
 // (from one goroutine) whenever a card turns unhealthy or recovers.
 //
 // A card turns unhealthy on a critical XID (not in IgnoredXids), on a failed probe (a card that
-// turns to MIG mode, current or pending, fails it: it must not be served whole), when its events cannot be
-// registered, or when it had a Fault at discovery. An XID's card is found by the device
+// turns to MIG mode, current or pending, fails it: it must not be served whole), when its events
+// cannot be registered, or when it had a Fault at discovery. An XID's card is found by the device
 // handle its events were registered with (a card off the bus cannot tell its UUID any more), else by
 // the UUID; only a critical XID whose handle is unknown and whose card NVML cannot name marks every
 // card unhealthy. Recovery: after a critical XID outside ResetXids, or a failed

@@ -425,6 +425,70 @@ func TestHealthMIGXidNamesAComputeInstance(t *testing.T) {
 		{uuid: "MIG-b", gi: 1, ci: 1, profileID: 9, start: 0, sz: 4, c: 2, sms: 28, memMiB: 40192},
 		{uuid: "MIG-c", gi: 13, ci: 0, profileID: 20, start: 6, sz: 1, c: 1, sms: 14, memMiB: 9856},
 	})
+	events, _, next := watchOneCard(t, d)
+	if e := next(); e.UUID != "GPU-p" || e.Healthy || !strings.Contains(e.Reason, "MIG mode is enabled") {
+		t.Fatalf("event %+v, want GPU-p unhealthy for its MIG mode", e)
+	}
+	for _, tc := range []struct {
+		ci   uint32
+		want []string
+	}{
+		{1, []string{"MIG-b"}},
+		{nvidia.NoInstance, []string{"MIG-a", "MIG-b"}},
+	} {
+		events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 62, GpuInstanceId: 1, ComputeInstanceId: tc.ci}
+		var down, up []string
+		for range tc.want {
+			e := next()
+			if e.Healthy || e.Xid != 62 || e.Parent != "GPU-p" {
+				t.Fatalf("ci %d: event %+v, want an instance of GPU-p down for XID 62", tc.ci, e)
+			}
+			down = append(down, e.UUID)
+		}
+		for range tc.want {
+			e := next()
+			if !e.Healthy {
+				t.Fatalf("ci %d: event %+v, want an instance recovering", tc.ci, e)
+			}
+			up = append(up, e.UUID)
+		}
+		if diff := cmp.Diff(tc.want, down); diff != "" {
+			t.Errorf("ci %d: instances down (-want +got):\n%s", tc.ci, diff)
+		}
+		if diff := cmp.Diff(tc.want, up); diff != "" {
+			t.Errorf("ci %d: instances recovered (-want +got):\n%s", tc.ci, diff)
+		}
+	}
+}
+
+// A MIG instance NVML could not describe at discovery (its UUID known) is reported unhealthy at
+// start, needing a restart, and stays so; its card's other instances are served.
+func TestHealthMIGInstanceFaultyAtDiscovery(t *testing.T) {
+	d := migParent("GPU-p", []migSpec{
+		{uuid: "MIG-a", gi: 1, ci: 0, profileID: 9, start: 0, sz: 4, c: 3, sms: 42, memMiB: 40192},
+		{uuid: "MIG-e", gi: 12, attrErr: nvml.ERROR_UNKNOWN},
+	})
+	_, reports, next := watchOneCard(t, d)
+	if e := next(); e.UUID != "GPU-p" || e.Healthy {
+		t.Fatalf("event %+v, want GPU-p unhealthy for its MIG mode", e)
+	}
+	want := nvidia.HealthEvent{UUID: "MIG-e", Parent: "GPU-p", ResetRequired: true,
+		Reason: "not described at discovery (get attributes of MIG-e: ERROR_UNKNOWN); restart the plugin once it is fixed"}
+	if diff := cmp.Diff(want, next()); diff != "" {
+		t.Fatalf("instance event (-want +got):\n%s", diff)
+	}
+	// Five recovery intervals: it does not recover, nor does anything else change.
+	select {
+	case e := <-reports:
+		t.Fatalf("unexpected event %+v", e)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// watchOneCard runs WatchHealth on card d alone (discovered first) until the test ends: the test
+// sends NVML events on the channel it returns, and reads the reports with next (or from reports).
+func watchOneCard(t *testing.T, d *mock.Device) (chan<- nvml.EventData, <-chan nvidia.HealthEvent, func() nvidia.HealthEvent) {
+	t.Helper()
 	lib := newOneCard(d)
 	cards, err := nvidia.Discover(lib, nil)
 	if err != nil {
@@ -467,37 +531,5 @@ func TestHealthMIGXidNamesAComputeInstance(t *testing.T) {
 			return nvidia.HealthEvent{}
 		}
 	}
-	if e := next(); e.UUID != "GPU-p" || e.Healthy || !strings.Contains(e.Reason, "MIG mode is enabled") {
-		t.Fatalf("event %+v, want GPU-p unhealthy for its MIG mode", e)
-	}
-	for _, tc := range []struct {
-		ci   uint32
-		want []string
-	}{
-		{1, []string{"MIG-b"}},
-		{nvidia.NoInstance, []string{"MIG-a", "MIG-b"}},
-	} {
-		events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 62, GpuInstanceId: 1, ComputeInstanceId: tc.ci}
-		var down, up []string
-		for range tc.want {
-			e := next()
-			if e.Healthy || e.Xid != 62 || e.Parent != "GPU-p" {
-				t.Fatalf("ci %d: event %+v, want an instance of GPU-p down for XID 62", tc.ci, e)
-			}
-			down = append(down, e.UUID)
-		}
-		for range tc.want {
-			e := next()
-			if !e.Healthy {
-				t.Fatalf("ci %d: event %+v, want an instance recovering", tc.ci, e)
-			}
-			up = append(up, e.UUID)
-		}
-		if diff := cmp.Diff(tc.want, down); diff != "" {
-			t.Errorf("ci %d: instances down (-want +got):\n%s", tc.ci, diff)
-		}
-		if diff := cmp.Diff(tc.want, up); diff != "" {
-			t.Errorf("ci %d: instances recovered (-want +got):\n%s", tc.ci, diff)
-		}
-	}
+	return events, reports, next
 }
