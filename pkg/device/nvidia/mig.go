@@ -117,6 +117,10 @@ func describeInstance(m, d nvml.Device, c Card, i int, profiles *giProfiles) (MI
 	in.MemoryMiB = int64(attrs.MemorySizeMB)
 	in.SMs = int(attrs.MultiprocessorCount)
 	gi, ret := d.GetGpuInstanceById(in.GI)
+	if ret == nvml.ERROR_NO_PERMISSION {
+		return in, fmt.Errorf("get GPU instance %d of %s (for %s): %w (NVML lets a process see GPU instances with the MIG monitor capability: "+
+			"give the device plugin NVIDIA_MIG_MONITOR_DEVICES=all and the SYS_ADMIN capability, as NVIDIA's device plugin has)", in.GI, c.UUID, u, ret)
+	}
 	if ret != nvml.SUCCESS {
 		return in, fmt.Errorf("get GPU instance %d of %s (for %s): %w", in.GI, c.UUID, u, ret)
 	}

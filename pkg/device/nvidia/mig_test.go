@@ -115,6 +115,7 @@ type migSpec struct {
 	memMiB     uint64
 	handleErr  nvml.Return // GetMigDeviceHandleByIndex fails with it
 	attrErr    nvml.Return // GetAttributes fails with it
+	giErr      nvml.Return // GetGpuInstanceById fails with it
 	notPresent bool        // no MIG device at this index
 }
 
@@ -143,7 +144,16 @@ func migParent(uuid string, specs []migSpec) *mock.Device {
 		}
 		return info, nvml.SUCCESS
 	}
+	giErrs := map[int]nvml.Return{}
+	for _, s := range specs {
+		if s.giErr != nvml.SUCCESS {
+			giErrs[s.gi] = s.giErr
+		}
+	}
 	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
+		if ret, ok := giErrs[id]; ok {
+			return nil, ret
+		}
 		info, ok := gis[id]
 		if !ok {
 			return nil, nvml.ERROR_NOT_FOUND
@@ -206,6 +216,8 @@ func TestDiscoverMIGProfileNamesAndFaults(t *testing.T) {
 		{handleErr: nvml.ERROR_GPU_IS_LOST},
 		// A GPU instance whose profile the card does not list.
 		{uuid: "MIG-f", gi: 14, ci: 0, profileID: 77, start: 7, sz: 1, c: 1, sms: 14, memMiB: 9856},
+		// A GPU instance NVML does not show this process.
+		{uuid: "MIG-g", gi: 10, ci: 0, c: 1, sms: 14, memMiB: 9856, giErr: nvml.ERROR_NO_PERMISSION},
 		// A UUID reported twice: the second is kept, nameless and faulty.
 		{uuid: "MIG-a", gi: 1, ci: 0, profileID: 9, start: 0, sz: 4, c: 1, sms: 14, memMiB: 40192},
 	}
@@ -221,6 +233,8 @@ func TestDiscoverMIGProfileNamesAndFaults(t *testing.T) {
 		{UUID: "MIG-e", GI: 12, Fault: "get attributes of MIG-e: ERROR_UNKNOWN"},
 		{Fault: "get handle of MIG device 6 of GPU-p: ERROR_GPU_IS_LOST"},
 		{UUID: "MIG-f", GI: 14, Start: 7, Size: 1, MemoryMiB: 9856, SMs: 14, Fault: "GPU instance 14 of GPU-p (for MIG-f) has profile ID 77, which the card does not list"},
+		{UUID: "MIG-g", GI: 10, MemoryMiB: 9856, SMs: 14, Fault: "get GPU instance 10 of GPU-p (for MIG-g): ERROR_NO_PERMISSION (NVML lets a process see GPU instances " +
+			"with the MIG monitor capability: give the device plugin NVIDIA_MIG_MONITOR_DEVICES=all and the SYS_ADMIN capability, as NVIDIA's device plugin has)"},
 		{Profile: "1c.3g.40gb", GI: 1, Start: 0, Size: 4, MemoryMiB: 40192, SMs: 14, Fault: "UUID MIG-a reported again (first by device 0)"},
 	}
 	if len(cards) != 1 {
