@@ -558,7 +558,8 @@ func probe(lib Library, w *watched) (lost bool, err error) {
 }
 
 // probeInstance finds the instance among its card's MIG devices (d is the card's handle) and asks
-// for a live reading (its memory use): an instance that is gone, renamed or does not answer fails.
+// for a live reading (its memory use): an instance that is gone, renamed or does not answer fails
+// (a driver that cannot tell a MIG device's memory use passes).
 func probeInstance(d nvml.Device, wi *watchedInstance) error {
 	if d == nil {
 		return errors.New("its card has no handle")
@@ -588,7 +589,7 @@ func probeInstance(d nvml.Device, wi *watchedInstance) error {
 	if m == nil {
 		return fmt.Errorf("MIG device %s is gone", wi.in.UUID)
 	}
-	if _, ret := m.GetMemoryInfo(); ret != nvml.SUCCESS {
+	if _, ret := m.GetMemoryInfo(); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
 		return fmt.Errorf("memory query of MIG device %s failed: %w", wi.in.UUID, ret)
 	}
 	return nil

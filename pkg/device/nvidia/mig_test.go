@@ -116,6 +116,7 @@ type migSpec struct {
 	handleErr  nvml.Return // GetMigDeviceHandleByIndex fails with it
 	attrErr    nvml.Return // GetAttributes fails with it
 	giErr      nvml.Return // GetGpuInstanceById fails with it
+	memErr     nvml.Return // GetMemoryInfo fails with it
 	notPresent bool        // no MIG device at this index
 }
 
@@ -169,8 +170,13 @@ func migParent(uuid string, specs []migSpec) *mock.Device {
 			return nil, s.handleErr
 		}
 		return &mock.Device{
-			GetUUIDFunc:              func() (string, nvml.Return) { return s.uuid, nvml.SUCCESS },
-			GetMemoryInfoFunc:        func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: s.memMiB << 20}, nvml.SUCCESS },
+			GetUUIDFunc: func() (string, nvml.Return) { return s.uuid, nvml.SUCCESS },
+			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+				if s.memErr != nvml.SUCCESS {
+					return nvml.Memory{}, s.memErr
+				}
+				return nvml.Memory{Total: s.memMiB << 20}, nvml.SUCCESS
+			},
 			GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return s.gi, nvml.SUCCESS },
 			GetComputeInstanceIdFunc: func() (int, nvml.Return) { return s.ci, nvml.SUCCESS },
 			GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
@@ -546,4 +552,26 @@ func watchOneCard(t *testing.T, d *mock.Device) (chan<- nvml.EventData, <-chan n
 		}
 	}
 	return events, reports, next
+}
+
+// A MIG instance whose memory use the driver cannot tell (NOT_SUPPORTED) passes its probe; one whose
+// query fails otherwise does not.
+func TestHealthMIGInstanceProbe(t *testing.T) {
+	d := migParent("GPU-p", []migSpec{
+		{uuid: "MIG-a", gi: 1, ci: 0, profileID: 9, start: 0, sz: 4, c: 3, sms: 42, memMiB: 40192, memErr: nvml.ERROR_NOT_SUPPORTED},
+		{uuid: "MIG-b", gi: 2, ci: 0, profileID: 9, start: 4, sz: 4, c: 3, sms: 42, memMiB: 40192, memErr: nvml.ERROR_UNKNOWN},
+	})
+	_, reports, next := watchOneCard(t, d)
+	if e := next(); e.UUID != "GPU-p" || e.Healthy {
+		t.Fatalf("event %+v, want GPU-p unhealthy for its MIG mode", e)
+	}
+	want := nvidia.HealthEvent{UUID: "MIG-b", Parent: "GPU-p", Reason: "memory query of MIG device MIG-b failed: ERROR_UNKNOWN"}
+	if diff := cmp.Diff(want, next()); diff != "" {
+		t.Fatalf("instance event (-want +got):\n%s", diff)
+	}
+	select {
+	case e := <-reports:
+		t.Fatalf("unexpected event %+v", e)
+	case <-time.After(100 * time.Millisecond):
+	}
 }
