@@ -65,8 +65,8 @@ type MIGInstance struct {
 }
 
 // migProfile is what a MIG profile looks like: [<c>c.]<g>g.<mem>gb, then attributes (+me, +gfx,
-// -me …) as newer drivers add them.
-var migProfile = regexp.MustCompile(`^([1-9][0-9]?c\.)?[1-9][0-9]?g\.[1-9][0-9]{0,3}gb([+-][a-z][a-z0-9]{0,7}){0,4}$`)
+// -me, +me.all …) as newer drivers add them.
+var migProfile = regexp.MustCompile(`^([1-9][0-9]?c\.)?[1-9][0-9]?g\.[1-9][0-9]{0,3}gb([+-][a-z][a-z0-9]{0,7}(\.[a-z][a-z0-9]{0,7})?){0,4}$`)
 
 // migProfileKey is what a profile key looks like: a profile with its '+' written '.'.
 var migProfileKey = regexp.MustCompile(`^([1-9][0-9]?c\.)?[1-9][0-9]?g\.[1-9][0-9]{0,3}gb([.-][a-z][a-z0-9]{0,7}){0,4}$`)

@@ -65,6 +65,7 @@ func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
 		}
 		i := len(t.cards)
 		g := annotations.GPU{UUID: c.UUID, Index: c.Index, Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: c.NUMA, Healthy: c.Fault == "" && !c.MIG.Enabled(), Shares: shares}
+		g.MIG = migInventory(c)
 		t.cards = append(t.cards, g)
 		t.bus = append(t.bus, c.PCIBusID)
 		t.byUUID[c.UUID] = i
@@ -78,6 +79,30 @@ func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
 		}
 	}
 	return t
+}
+
+// migInventory is the inventory's mig field for a card: nil unless the card is in MIG mode (now or
+// after its next reset), mode enabling while the mode is only pending, and mode enabled with the
+// card's instances while it is in force. An instance is healthy when neither it nor its card has a
+// fault. An instance the inventory cannot carry (no UUID, or NVML could not tell its profile or
+// placement) is left out: it cannot be served, and it must not make the node's inventory invalid.
+func migInventory(c nvidia.Card) *annotations.MIG {
+	switch {
+	case !c.MIG.Enabled():
+		return nil
+	case !c.MIG.Current:
+		return &annotations.MIG{Mode: annotations.MIGEnabling}
+	}
+	m := &annotations.MIG{Mode: annotations.MIGEnabled}
+	for _, in := range c.Instances {
+		if in.UUID == "" || !annotations.ValidMIGProfile(in.Profile) || in.GI < 0 || in.CI < 0 || in.Start < 0 || in.Size < 1 ||
+			in.Start+in.Size > 64 || in.MemoryMiB < 0 || in.SMs < 0 || len(m.Instances) == annotations.MaxMIGInstances {
+			continue
+		}
+		m.Instances = append(m.Instances, annotations.MIGInstance{UUID: in.UUID, Profile: in.Profile, GI: in.GI, CI: in.CI,
+			Start: in.Start, Size: in.Size, MemoryMiB: in.MemoryMiB, SMs: in.SMs, Healthy: in.Fault == "" && c.Fault == ""})
+	}
+	return m
 }
 
 func (t *deviceTable) card(id string) *annotations.GPU {

@@ -28,9 +28,14 @@ func DefaultResetXids() map[uint64]bool {
 	return map[uint64]bool{48: true, 63: true, 64: true, 74: true, 79: true, 94: true, 95: true, 119: true, 120: true}
 }
 
-// HealthEvent says a card turned unhealthy or recovered.
+// HealthEvent says a card or a MIG instance turned unhealthy or recovered.
 type HealthEvent struct {
-	UUID    string
+	// UUID is the card's, or the MIG instance's (MIG-…) when Parent is set.
+	UUID string
+	// Parent is set for a MIG instance: the UUID of its card. An instance is healthy when neither it
+	// nor its card has a fault (its card in MIG mode is never served whole, so the card's own events
+	// say unhealthy throughout); its events say both.
+	Parent  string
 	Healthy bool
 	// Xid is the XID that made the card unhealthy, 0 otherwise.
 	Xid uint64
@@ -85,14 +90,38 @@ type watched struct {
 	wentLost bool
 	// permanent: the card was not described at discovery; only a restart can describe it.
 	permanent bool
+	// inMIG: the card was in MIG mode at discovery, so it is never served whole until the plugin
+	// restarts (its inventory entry says so). It is reported unhealthy once, for its MIG mode; from
+	// then on healthy, lastFault and the rest describe the card itself, as the parent of its
+	// instances, and a recovery is told through its instances only.
+	inMIG bool
+	// instances are the card's MIG instances that have a UUID.
+	instances []*watchedInstance
+}
+
+// watchedInstance is one MIG instance of a watched card.
+type watchedInstance struct {
+	in MIGInstance
+	// sound: no fault of the instance itself (an XID naming it, a failed probe) within
+	// RecoveryInterval.
+	sound     bool
+	lastFault time.Time
+	// reason is why the instance itself is not sound.
+	reason string
+	// healthy is what was last reported: sound and the card too.
+	healthy bool
+	// permanent: the instance was not described at discovery; only a restart can describe it.
+	permanent bool
+	// index is where NVML listed the instance last (a hint for probes).
+	index int
 }
 
 // WatchHealth watches NVML critical XID events and probes every card until ctx ends, calling report
 // (from one goroutine) whenever a card turns unhealthy or recovers.
 //
-// A card turns unhealthy on a critical XID (not in IgnoredXids), on a failed probe (a card in MIG
-// mode, current or pending, fails it: it must not be served whole), when its events cannot be
-// registered, or when it had a Fault at discovery. An XID's card is found by the device
+// A card turns unhealthy on a critical XID (not in IgnoredXids), on a failed probe (a card that
+// turns to MIG mode, current or pending, fails it: it must not be served whole), when its events
+// cannot be registered, or when it had a Fault at discovery. An XID's card is found by the device
 // handle its events were registered with (a card off the bus cannot tell its UUID any more), else by
 // the UUID; only a critical XID whose handle is unknown and whose card NVML cannot name marks every
 // card unhealthy. Recovery: after a critical XID outside ResetXids, or a failed
@@ -100,6 +129,14 @@ type watched struct {
 // After an XID in ResetXids the card must be reset: it recovers only when a probe passes after one
 // found it off the bus (what a reset looks like from NVML), or when the plugin restarts (the node
 // operator's action after resetting the card). A card with a discovery Fault recovers only by restart.
+//
+// A card in MIG mode at discovery is reported unhealthy once, for its MIG mode (it is never served
+// whole before the plugin restarts), and its MIG instances are watched: an instance turns unhealthy
+// on a critical XID that names its GPU instance (and compute instance, unless the event names none),
+// on a failed probe (it is gone, or its memory query fails) or when its card turns unhealthy; it
+// recovers once it and its card are sound again (its own fault RecoveryInterval old and its probe
+// passing). An XID naming no instance (NoInstance), or one in ResetXids, is the card's, as above.
+// Instances not described at discovery stay unhealthy until a restart. Instance events carry Parent.
 func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)) error {
 	if cfg.RecoveryInterval <= 0 {
 		cfg.RecoveryInterval = 30 * time.Second
@@ -133,7 +170,17 @@ func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)
 		if c.UUID == "" {
 			continue
 		}
-		w := &watched{card: c, healthy: true}
+		w := &watched{card: c, healthy: true, inMIG: c.MIG.Enabled()}
+		for _, in := range c.Instances {
+			if in.UUID == "" {
+				continue
+			}
+			wi := &watchedInstance{in: in, sound: in.Fault == "", healthy: true, permanent: in.Fault != ""}
+			if wi.permanent {
+				wi.reason = "not described at discovery (" + in.Fault + "); restart the plugin once it is fixed"
+			}
+			w.instances = append(w.instances, wi)
+		}
 		h.cards[c.UUID] = w
 		h.order = append(h.order, w)
 		if c.Fault != "" {
@@ -145,9 +192,14 @@ func WatchHealth(ctx context.Context, cfg HealthConfig, report func(HealthEvent)
 		if err == nil {
 			_, err = probe(lib, w)
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			h.unhealthy(w, now, HealthEvent{UUID: c.UUID, Reason: err.Error()})
+		case w.inMIG:
+			// The card is sound, but never served whole.
+			h.report(HealthEvent{UUID: c.UUID, Reason: c.MIG.Reason()})
 		}
+		h.probeInstances(w, now)
 	}
 
 	if cfg.Started != nil {
@@ -193,10 +245,11 @@ type healthState struct {
 }
 
 // unhealthy records a fault on w and reports it if the card was healthy. A reset requirement sticks
-// until the card recovers.
+// until the card recovers. The card's instances turn unhealthy with it.
 func (h *healthState) unhealthy(w *watched, now time.Time, ev HealthEvent) {
 	w.lastFault = now
-	if ev.ResetRequired && !w.needsReset {
+	newReset := ev.ResetRequired && !w.needsReset
+	if newReset {
 		w.needsReset = true
 		w.wentLost = false
 		if !w.healthy {
@@ -208,6 +261,68 @@ func (h *healthState) unhealthy(w *watched, now time.Time, ev HealthEvent) {
 		w.healthy = false
 		h.report(ev)
 	}
+	h.syncInstances(w, ev, newReset)
+}
+
+// instanceUnhealthy records a fault of instance wi of card w, and reports the instance unhealthy if
+// it was healthy.
+func (h *healthState) instanceUnhealthy(w *watched, wi *watchedInstance, now time.Time, ev HealthEvent) {
+	wi.lastFault, wi.sound, wi.reason = now, false, ev.Reason
+	if wi.healthy {
+		wi.healthy = false
+		ev.UUID, ev.Parent = wi.in.UUID, w.card.UUID
+		h.report(ev)
+	}
+}
+
+// syncInstances reports every instance of w whose health (its own and its card's) differs from what
+// was last reported. cause is the card's event that changed it (its zero value otherwise); newReset
+// says the card has just come to need a reset, which instances down for their card are told again.
+func (h *healthState) syncInstances(w *watched, cause HealthEvent, newReset bool) {
+	for _, wi := range w.instances {
+		healthy := wi.sound && w.healthy && !w.permanent
+		if healthy == wi.healthy && (healthy || !wi.sound || !newReset) {
+			continue
+		}
+		wi.healthy = healthy
+		ev := HealthEvent{UUID: wi.in.UUID, Parent: w.card.UUID, Healthy: healthy}
+		switch {
+		case healthy:
+			ev.Reason = "the instance and its card are sound again"
+		case !wi.sound:
+			ev.ResetRequired, ev.Reason = wi.permanent, wi.reason
+		default:
+			ev.Xid, ev.ResetRequired = cause.Xid, w.needsReset || w.permanent
+			ev.Reason = "its card " + w.card.UUID + " is unhealthy"
+			if cause.Reason != "" {
+				ev.Reason += ": " + cause.Reason
+			}
+		}
+		h.report(ev)
+	}
+}
+
+// probeInstances probes every instance of a sound card: an instance that fails turns unhealthy, and
+// one whose fault is older than RecoveryInterval and that passes recovers.
+func (h *healthState) probeInstances(w *watched, now time.Time) {
+	if !w.healthy || w.permanent {
+		return
+	}
+	for _, wi := range w.instances {
+		if wi.permanent {
+			continue
+		}
+		err := probeInstance(w.dev, wi)
+		switch {
+		case err != nil && wi.sound:
+			h.instanceUnhealthy(w, wi, now, HealthEvent{Reason: err.Error()})
+		case err != nil:
+			h.cfg.Log.V(1).Info("MIG instance still unhealthy", "gpu", wi.in.UUID, "reason", err.Error())
+		case !wi.sound && now.Sub(wi.lastFault) >= h.cfg.RecoveryInterval:
+			wi.sound = true
+		}
+	}
+	h.syncInstances(w, HealthEvent{}, false)
 }
 
 // probeAll probes every card: a healthy card that fails turns unhealthy; an unhealthy one recovers
@@ -248,7 +363,15 @@ func (h *healthState) probeAll(now time.Time) {
 			}
 		}
 		w.healthy, w.needsReset, w.wentLost = true, false, false
-		h.report(HealthEvent{UUID: w.card.UUID, Healthy: true, Reason: reason})
+		if w.inMIG {
+			// Never served whole before a restart: its instances recover instead.
+			h.cfg.Log.Info("card in MIG mode is sound again; its instances recover", "gpu", w.card.UUID, "reason", reason)
+		} else {
+			h.report(HealthEvent{UUID: w.card.UUID, Healthy: true, Reason: reason})
+		}
+	}
+	for _, w := range h.order {
+		h.probeInstances(w, now)
 	}
 }
 
@@ -315,6 +438,19 @@ func (h *healthState) handleEvent(ev nvml.EventData, now time.Time) {
 	if w.permanent {
 		return
 	}
+	if !reset && ev.GpuInstanceId != NoInstance {
+		if ins := w.instancesAt(ev.GpuInstanceId, ev.ComputeInstanceId); len(ins) > 0 {
+			reason := fmt.Sprintf("critical XID %d on GPU instance %d", xid, ev.GpuInstanceId)
+			if ev.ComputeInstanceId != NoInstance {
+				reason += fmt.Sprintf(", compute instance %d", ev.ComputeInstanceId)
+			}
+			for _, wi := range ins {
+				h.instanceUnhealthy(w, wi, now, HealthEvent{Xid: xid, Reason: reason})
+			}
+			return
+		}
+		// An instance this watcher does not know: the card answers for it.
+	}
 	// Look at once, before anyone hears of the fault: a card that is off the bus now and answers
 	// later has been reset.
 	lost := false
@@ -323,6 +459,18 @@ func (h *healthState) handleEvent(ev nvml.EventData, now time.Time) {
 	}
 	h.unhealthy(w, now, HealthEvent{UUID: w.card.UUID, Xid: xid, ResetRequired: reset, Reason: reason})
 	w.wentLost = w.wentLost || lost
+}
+
+// instancesAt returns the instances of w an event names: those of GPU instance gi, and of compute
+// instance ci unless ci is NoInstance. Instances not described at discovery are left out.
+func (w *watched) instancesAt(gi, ci uint32) []*watchedInstance {
+	var out []*watchedInstance
+	for _, wi := range w.instances {
+		if !wi.permanent && uint32(wi.in.GI) == gi && (ci == NoInstance || uint32(wi.in.CI) == ci) {
+			out = append(out, wi)
+		}
+	}
+	return out
 }
 
 // eventCard finds the card an event's device handle belongs to. The handle comes first: a card that
@@ -392,6 +540,12 @@ func probe(lib Library, w *watched) (lost bool, err error) {
 	case ret == nvml.SUCCESS && pending:
 		return false, errors.New("row remapping pending (the card needs a reset)")
 	}
+	if w.inMIG {
+		// Known to be in MIG mode, and never served whole before a restart: what matters is the card
+		// itself, the parent of its instances.
+		w.dev = d
+		return false, nil
+	}
 	mig, err := ReadMIGMode(d)
 	switch {
 	case err != nil:
@@ -401,4 +555,42 @@ func probe(lib Library, w *watched) (lost bool, err error) {
 	}
 	w.dev = d
 	return false, nil
+}
+
+// probeInstance finds the instance among its card's MIG devices (d is the card's handle) and asks
+// for a live reading (its memory use): an instance that is gone, renamed or does not answer fails
+// (a driver that cannot tell a MIG device's memory use passes).
+func probeInstance(d nvml.Device, wi *watchedInstance) error {
+	if d == nil {
+		return errors.New("its card has no handle")
+	}
+	find := func(i int) nvml.Device {
+		m, ret := d.GetMigDeviceHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil
+		}
+		if u, ret := m.GetUUID(); ret != nvml.SUCCESS || u != wi.in.UUID {
+			return nil
+		}
+		return m
+	}
+	m := find(wi.index)
+	if m == nil {
+		n, ret := d.GetMaxMigDeviceCount()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("count MIG devices: %w", ret)
+		}
+		for i := 0; i < n && i < maxMIGDevices && m == nil; i++ {
+			if m = find(i); m != nil {
+				wi.index = i
+			}
+		}
+	}
+	if m == nil {
+		return fmt.Errorf("MIG device %s is gone", wi.in.UUID)
+	}
+	if _, ret := m.GetMemoryInfo(); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
+		return fmt.Errorf("memory query of MIG device %s failed: %w", wi.in.UUID, ret)
+	}
+	return nil
 }

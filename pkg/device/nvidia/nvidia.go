@@ -38,7 +38,8 @@ type Card struct {
 	// MIG is the card's MIG mode; the zero value (disabled) for cards without MIG.
 	MIG MIGMode
 	// Instances are the card's MIG devices when MIG mode is in force (MIG.Current), in NVML's
-	// order; empty otherwise.
+	// order; empty otherwise. An instance NVML cannot describe fully has its Fault set; one whose
+	// UUID NVML cannot tell is listed with UUID "" (it cannot be served, as a nameless card).
 	Instances []MIGInstance
 }
 
@@ -62,7 +63,8 @@ type MIGInstance struct {
 
 // MIGMode is a card's MIG (Multi-Instance GPU) mode as NVML's GetMigMode reports it. A card whose
 // mode is enabled, now or after its next reset, is never served whole: CUDA sees no device on a
-// MIG-enabled card handed over whole, and Cardinal does not serve MIG instances yet.
+// MIG-enabled card handed over whole. Its MIG instances are served instead while the mode is in
+// force.
 type MIGMode struct {
 	// Current is true when MIG mode is in force.
 	Current bool
@@ -87,7 +89,7 @@ func (m MIGMode) Reason() string {
 		return "disabled"
 	}
 	return fmt.Sprintf("MIG mode is enabled (current %s, pending %s): a card in MIG mode is not served whole "+
-		"(CUDA sees no device on it) and Cardinal does not serve MIG instances yet; disable MIG mode "+
+		"(CUDA sees no device on it), only its MIG instances while the mode is in force; disable MIG mode "+
 		"(nvidia-smi -i <index> -mig 0) and reset the card to serve it whole", state(m.Current), state(m.Pending))
 }
 
@@ -221,6 +223,16 @@ func list(lib Library, numa NUMAFunc) ([]Card, error) {
 		} else if c.UUID != "" {
 			seen[c.UUID] = c.Index
 		}
+		for k := range c.Instances {
+			in := &c.Instances[k]
+			if prev, dup := seen[in.UUID]; dup && in.UUID != "" {
+				// A device ID names one device of the node, card or instance.
+				in.Fault = fmt.Sprintf("UUID %s reported again (first by device %d)", in.UUID, prev)
+				in.UUID = ""
+			} else if in.UUID != "" {
+				seen[in.UUID] = c.Index
+			}
+		}
 		cards = append(cards, c)
 	}
 	return cards, nil
@@ -264,6 +276,13 @@ func describe(d nvml.Device, i int, numa NUMAFunc) (Card, error) {
 		return c, fmt.Errorf("get MIG mode of %s: %w", c.UUID, err)
 	}
 	c.MIG = mig
+	if mig.Current {
+		inst, err := instances(d, c)
+		c.Instances = inst
+		if err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 

@@ -206,6 +206,9 @@ func TestDiscoverKeepsGoingPastBadCards(t *testing.T) {
 func TestDiscoverReadsMIGMode(t *testing.T) {
 	srv := dgxa100.New()
 	srv.Devices[1].(*dgxa100.Device).MigMode = nvml.DEVICE_MIG_ENABLE
+	// In MIG mode, no instance created yet: NVML finds no MIG device at any index.
+	srv.Devices[1].(*dgxa100.Device).GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
+	srv.Devices[1].(*dgxa100.Device).GetMigDeviceHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
 	srv.Devices[3].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) {
 		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
 	}

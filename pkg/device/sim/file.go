@@ -38,8 +38,32 @@
 // as current). A card without mig does not support MIG: GetMigMode answers ERROR_NOT_SUPPORTED, as
 // on a T4.
 //
-// The plugin re-reads the file while it runs (Server.Watch): health, fault and MIG mode changes apply
-// at once.
+// A card whose MIG mode is in force lists its MIG instances, served as NVML serves them (MIG device
+// handles by index, GPU instances with their placement and profile, profiles by NVML's profile
+// index and the card's profile ID, XID events naming the instance):
+//
+//   - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 0, mig: {current: enabled, instances: [{profile: 1g.10gb, count: 7}]}}
+//   - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 1, mig: {current: enabled, instances: [{profile: 3g.40gb}, {profile: 2g.20gb}, {profile: 1g.10gb, uuid: "MIG-...", healthy: false}]}}
+//
+// Each instance entry describes count instances (default 1) of profile, the name nvidia-smi gives
+// it: <g>g.<mem>gb with g one of 1, 2, 3, 4, 7; optionally +me, -me or +me.all (1g, 2g) or +gfx (1g,
+// 2g, 4g) after it, and <c>c. before it for a compute instance of c slices (c < g; the simulator
+// gives each GPU instance one compute instance). The card is A100-like: 8 memory slices, 7 compute
+// slices. From the profile: memory <mem> GiB (<mem>×1024 MiB, at most the card's; memoryMiB
+// overrides it), 14 SMs per compute slice (sms overrides), a placement of as many memory slices as
+// the fewest eighths of the card's memory that NVML names <mem>gb (1g.10gb 1, 2g.20gb and 1g.20gb 2,
+// 3g.40gb and 4g.40gb 4, 7g.80gb 8 on an 80 GB card; 1g.12gb 1 on a 94 GB one). Instances are
+// placed first-fit in file order, each at a multiple of its size; GPU instance IDs count from 1 in
+// file order, compute instance IDs are 0. An instance without uuid gets a MIG UUID derived from the
+// node name, the card's index and its own (counted from 0 on the card). healthy omitted means true; healthy: false raises critical XID 69 naming the instance (and
+// fails its memory query), true again lets it recover. A file is refused when instances do not fit
+// (memory slices, or more than 7 compute slices), when mig.current is not enabled, when a profile
+// is malformed or NVML names no profile so on that card (1g.12gb on an 80 GB card, whose eighths
+// are 10gb, 20gb, …).
+//
+// The plugin re-reads the file while it runs (Server.Watch): health, fault and MIG mode changes, and
+// the health of MIG instances, apply at once; adding, removing or changing instances needs a
+// restart.
 package sim
 
 import (
@@ -87,12 +111,29 @@ type Entry struct {
 	MIG *MIGEntry `json:"mig,omitempty"`
 }
 
-// MIGEntry is the simulated MIG mode of a card.
+// MIGEntry is the simulated MIG mode of a card, and its MIG instances.
 type MIGEntry struct {
 	// Current is the mode in force: enabled or disabled.
 	Current MIGState `json:"current"`
 	// Pending is the mode after the card's next reset; empty means the same as Current.
 	Pending MIGState `json:"pending,omitempty"`
+	// Instances are the card's MIG instances, only with Current enabled.
+	Instances []InstanceEntry `json:"instances,omitempty"`
+}
+
+// InstanceEntry is one line of a card's MIG instances: one or more instances of one profile.
+type InstanceEntry struct {
+	// Profile is the profile as nvidia-smi names it: 1g.10gb, 3g.40gb, 1g.10gb+me, 1c.3g.40gb.
+	Profile string `json:"profile"`
+	// Count is how many instances this entry describes; 0 means 1.
+	Count int `json:"count,omitempty"`
+	// UUID fixes the instance's MIG UUID; only with count 1.
+	UUID string `json:"uuid,omitempty"`
+	// Healthy nil means true.
+	Healthy *bool `json:"healthy,omitempty"`
+	// MemoryMiB and SMs override what the profile gives (0: the profile's).
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	SMs       int   `json:"sms,omitempty"`
 }
 
 // MIGState is a simulated MIG mode.
@@ -155,6 +196,8 @@ type Card struct {
 	Fault Fault
 	// MIG is the card's MIG mode; nil for a card without MIG support.
 	MIG *nvidia.MIGMode
+	// Instances are the card's MIG instances (MIG mode in force), in NVML's index order.
+	Instances []Instance
 }
 
 // Parse decodes and validates a simulation file. Unknown fields are errors (a misspelt key would
@@ -258,7 +301,15 @@ func (f *File) Cards(node string) ([]Card, error) {
 				return nil, fmt.Errorf("%s: card %d has UUID %s, like card %d", where, idx, u, prev)
 			}
 			seen[u] = idx
-			cards = append(cards, Card{UUID: u, Index: idx, Model: strings.TrimSpace(e.Model), MemoryMiB: e.MemoryMiB, NUMA: numa, Healthy: healthy, Fault: fault, MIG: cloneMIG(mig)})
+			c := Card{UUID: u, Index: idx, Model: strings.TrimSpace(e.Model), MemoryMiB: e.MemoryMiB, NUMA: numa, Healthy: healthy, Fault: fault, MIG: cloneMIG(mig)}
+			if e.MIG != nil && len(e.MIG.Instances) > 0 {
+				ins, err := layInstances(where, node, c, e.MIG.Instances, seen)
+				if err != nil {
+					return nil, err
+				}
+				c.Instances = ins
+			}
+			cards = append(cards, c)
 		}
 	}
 	if len(cards) == 0 {
@@ -286,6 +337,12 @@ func faultList() string {
 // uuidSpace is the name space of derived UUIDs (a fixed random UUID: changing it changes every
 // derived UUID).
 var uuidSpace = uuid.MustParse("5a0f8f4e-3c1d-4b7e-9a52-6f1c2d9e8b10")
+
+// DerivedMIGUUID is the MIG UUID of instance k (counted from 0 in file order) of card index on node
+// when the file gives none: a name-based UUID of "<node>/<index>/mig/<k>", with NVML's "MIG-" prefix.
+func DerivedMIGUUID(node string, index, k int) string {
+	return "MIG-" + uuid.NewSHA1(uuidSpace, []byte(node+"/"+strconv.Itoa(index)+"/mig/"+strconv.Itoa(k))).String()
+}
 
 // DerivedUUID is the UUID of card index on node when the file gives none: a name-based (SHA-1) UUID
 // of "<node>/<index>", with NVML's "GPU-" prefix.

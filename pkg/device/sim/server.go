@@ -36,6 +36,8 @@ type device struct {
 	// mig is the MIG mode; nil when the card does not support MIG.
 	mig  *nvidia.MIGMode
 	sets []*eventSet
+	// migs are the card's MIG devices, in index order (fixed at New).
+	migs []*migDevice
 }
 
 type eventSet struct {
@@ -187,10 +189,18 @@ func (d *device) migMode() *nvidia.MIGMode {
 	return cloneMIG(d.mig)
 }
 
-// raiseLocked sends a critical XID on every event set the card is registered with (s.mu held).
+// raiseLocked sends a critical XID of the whole card on every event set the card is registered with
+// (s.mu held).
 func (d *device) raiseLocked(xid uint64) {
+	d.raiseOnLocked(xid, nvidia.NoInstance, nvidia.NoInstance)
+}
+
+// raiseOnLocked sends a critical XID naming GPU instance gi and compute instance ci (NoInstance: none)
+// on every event set the card is registered with (s.mu held), as NVML reports an XID in a MIG device:
+// on its card's handle, with the instance IDs.
+func (d *device) raiseOnLocked(xid uint64, gi, ci uint32) {
 	ev := nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: xid,
-		GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+		GpuInstanceId: gi, ComputeInstanceId: ci}
 	for _, es := range d.sets {
 		select {
 		case es.ch <- ev:
@@ -332,4 +342,5 @@ func (d *device) setFuncs() {
 		}
 		return nvml.SUCCESS
 	}
+	d.setMIGFuncs()
 }

@@ -174,6 +174,9 @@ func FuzzParse(f *testing.F) {
 		`nodes: {node1: [{model: T4, memoryMiB: 1, uuid: "GPU-1"}], node2: [{model: A, memoryMiB: 2, count: 2}]}`,
 		`{"nodes": {"n": [{"model": "x", "memoryMiB": 9e99}]}}`,
 		`nodes: {node1: [{model: A100, memoryMiB: 1, mig: {current: disabled, pending: enabled}}]}`,
+		`nodes: {node1: [{model: A100, memoryMiB: 81920, count: 2, mig: {current: enabled, instances: [{profile: 1g.10gb, count: 7}]}}]}`,
+		`nodes: {node1: [{model: A100, memoryMiB: 81920, mig: {current: enabled, instances: [{profile: 3g.40gb}, {profile: 1c.2g.20gb+me}, {profile: 1g.10gb, uuid: MIG-1, healthy: false, sms: 3}]}}]}`,
+		`nodes: {node1: [{model: H100, memoryMiB: 95830, mig: {current: enabled, instances: [{profile: 1g.12gb}, {profile: 7g.94gb}]}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -191,6 +194,21 @@ func FuzzParse(f *testing.F) {
 			got, err := nvidia.Discover(srv, srv.NUMA)
 			if err != nil || len(got) != len(cards) {
 				t.Fatalf("discovery of node %q: %d cards, err %v", n, len(got), err)
+			}
+			// Every MIG instance the file accepts comes back from discovery as the file says.
+			for i, c := range cards {
+				if c.Fault != "" {
+					continue
+				}
+				if len(got[i].Instances) != len(c.Instances) {
+					t.Fatalf("node %q card %d: %d instances discovered, %d in the file", n, i, len(got[i].Instances), len(c.Instances))
+				}
+				for k, in := range c.Instances {
+					d := got[i].Instances[k]
+					if d.Fault != "" || d.UUID != in.UUID || d.Profile != in.Profile || d.GI != in.GI || d.Start != in.Start || d.Size != in.Size || d.MemoryMiB != in.MemoryMiB || d.SMs != in.SMs {
+						t.Fatalf("node %q card %d instance %d: discovered %+v, file %+v", n, i, k, d, in)
+					}
+				}
 			}
 		}
 	})

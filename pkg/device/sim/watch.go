@@ -29,8 +29,9 @@ func Load(path, node string) ([]Card, error) {
 // Watch follows the simulation file at path until ctx ends and applies health changes of node's
 // cards to s, as if NVML reported them: a card turning `healthy: false` raises a critical XID, one
 // turning healthy again passes the next probe; `fault` and `mig` changes apply at once (fault: lost
-// raises XID 79 and fails every call for the card). Other changes (cards added, removed, re-described)
-// need a restart and are only logged. A file that does not parse is logged and ignored; the last good
+// raises XID 79 and fails every call for the card), and so does the health of MIG instances (one
+// turning `healthy: false` raises XID XidInstanceFault on it). Other changes (cards added, removed,
+// re-described; MIG instances added, removed or re-described) need a restart and are only logged. A file that does not parse is logged and ignored; the last good
 // state stays.
 func (s *Server) Watch(ctx context.Context, path, node string, log logr.Logger) error {
 	w, err := fsnotify.NewWatcher()
@@ -104,6 +105,26 @@ func (s *Server) apply(cards []Card, log logr.Logger) {
 		}
 		if s.SetMIG(c.UUID, c.MIG) {
 			log.Info("simulated card MIG mode changed", "gpu", c.UUID, "mig", migText(c.MIG))
+		}
+		s.applyInstances(k, c, log)
+	}
+}
+
+// applyInstances applies the health of card c's MIG instances; was is the card as the server
+// started with it.
+func (s *Server) applyInstances(was, c Card, log logr.Logger) {
+	same := len(was.Instances) == len(c.Instances)
+	for i := 0; same && i < len(c.Instances); i++ {
+		a, b := was.Instances[i], c.Instances[i]
+		a.Healthy = b.Healthy
+		same = a == b
+	}
+	if !same {
+		log.Info("simulation file changes the MIG instances of a card; restart to apply it (their health still applies)", "gpu", c.UUID)
+	}
+	for _, in := range c.Instances {
+		if s.SetInstanceHealth(in.UUID, in.Healthy) {
+			log.Info("simulated MIG instance health changed", "gpu", c.UUID, "mig", in.UUID, "healthy", in.Healthy)
 		}
 	}
 }
