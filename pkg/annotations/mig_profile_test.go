@@ -8,7 +8,7 @@ import (
 
 // Profile names as nvidia-smi prints them, attributes included (+me.all on Blackwell's media
 // profiles), are valid and their resource names are valid keys; malformed ones are not.
-func TestValidMIGProfile(t *testing.T) {
+func TestMIGProfileWithDottedAttribute(t *testing.T) {
 	names := ResourceNames{GPU: corev1.ResourceName("nvidia.com/gpu")}
 	for _, p := range []string{"1g.10gb", "7g.80gb", "1g.10gb+me", "1g.10gb-me", "1g.10gb+gfx", "1g.23gb+me.all", "1c.3g.40gb", "2c.4g.40gb+gfx"} {
 		if !ValidMIGProfile(p) {
