@@ -3,6 +3,7 @@ package chart
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -864,5 +865,37 @@ func TestInTreeResourceScoresTurnShortlistOff(t *testing.T) {
 		if in := slices.ContainsFunc(schedulerConfig(t, r).Profiles, func(p configv1.KubeSchedulerProfile) bool { return p.Plugins == nil }); in != c.inTree {
 			t.Errorf("inTreeResourceScores=%v: profile keeps the in-tree scores = %v", c.inTree, in)
 		}
+	}
+}
+
+// TestMIGMonitor: devicePlugin.mig.monitor gives the plugin what NVML's GPU-instance queries need on
+// a real node (the toolkit's MIG monitor capability and SYS_ADMIN) and nothing else changes; off by
+// default and never in simulate mode.
+func TestMIGMonitor(t *testing.T) {
+	plugin := func(values map[string]any) corev1.Container {
+		return get[*appsv1.DaemonSet](t, render(t, values), devicePluginName).Spec.Template.Spec.Containers[0]
+	}
+	monitor := func(c corev1.Container) (env, sysAdmin bool) {
+		for _, e := range c.Env {
+			env = env || (e.Name == "NVIDIA_MIG_MONITOR_DEVICES" && e.Value == "all")
+		}
+		sc := c.SecurityContext
+		sysAdmin = sc != nil && sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "SYS_ADMIN")
+		if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || ptr.Deref(sc.Privileged, false) {
+			t.Errorf("securityContext %+v: want drop ALL and not privileged whatever mig.monitor says", sc)
+		}
+		return env, sysAdmin
+	}
+	if env, admin := monitor(plugin(nil)); env || admin {
+		t.Errorf("default: NVIDIA_MIG_MONITOR_DEVICES %v, SYS_ADMIN %v; want neither", env, admin)
+	}
+	on := map[string]any{"devicePlugin": map[string]any{"mig": map[string]any{"monitor": true}}}
+	if env, admin := monitor(plugin(on)); !env || !admin {
+		t.Errorf("mig.monitor=true: NVIDIA_MIG_MONITOR_DEVICES %v, SYS_ADMIN %v; want both", env, admin)
+	}
+	sim := map[string]any{"devicePlugin": maps.Clone(simulated)}
+	sim["devicePlugin"].(map[string]any)["mig"] = map[string]any{"monitor": true}
+	if env, admin := monitor(plugin(sim)); env || admin {
+		t.Errorf("mig.monitor=true in simulate mode: NVIDIA_MIG_MONITOR_DEVICES %v, SYS_ADMIN %v; want neither", env, admin)
 	}
 }
