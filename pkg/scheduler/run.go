@@ -160,7 +160,9 @@ func Run(ctx context.Context, cfg Config) error {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeInf := factory.Core().V1().Nodes().Informer()
 	podInf := factory.Core().V1().Pods().Informer()
-	for _, inf := range []toolscache.SharedIndexInformer{nodeInf, podInf} {
+	// PodDisruptionBudgets: preemption counts the budgets its victims would break (preempt.go).
+	pdbInf := factory.Policy().V1().PodDisruptionBudgets().Informer()
+	for _, inf := range []toolscache.SharedIndexInformer{nodeInf, podInf, pdbInf} {
 		if err := inf.SetTransform(stripManagedFields); err != nil {
 			return fmt.Errorf("informer transform: %w", err)
 		}
@@ -173,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	podLister := factory.Core().V1().Pods().Lister()
 	var services ServiceSelects
-	synced := []toolscache.InformerSynced{nodeInf.HasSynced, podInf.HasSynced}
+	synced := []toolscache.InformerSynced{nodeInf.HasSynced, podInf.HasSynced, pdbInf.HasSynced}
 	if cfg.FilterShortlist > 0 {
 		// PodTopologySpread's default constraints spread pods a Service selects: they get the full list.
 		svcInf := factory.Core().V1().Services().Informer()
@@ -199,6 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}},
 		Ready: ready.Load, MaxBody: cfg.MaxBodyBytes, BindWait: cfg.BindWait,
 		FilterShortlist: cfg.FilterShortlist, Services: services,
+		PDBs: listPDBs(factory.Policy().V1().PodDisruptionBudgets().Lister()),
 	})
 
 	ln := cfg.Listener
