@@ -378,12 +378,22 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		}
 		kept, keptUIDs = append(kept, m), append(keptUIDs, v)
 	}
+	// Pods being deleted free their cards anyway: released from the start, never counted as
+	// victims; those of lower priority are named only when they alone make room (leaving).
 	var pool []candidate
+	var leaving []types.UID
 	for _, rec := range n.pods {
 		if rec.uid == uid || rec.reserved || len(rec.applied) == 0 {
 			continue
 		}
 		m, ok := c.preempt.meta[rec.uid]
+		if ok && m.terminating {
+			c.release(work, rec)
+			if m.priority < p.Priority {
+				leaving = append(leaving, rec.uid)
+			}
+			continue
+		}
 		if !ok || m.priority >= p.Priority {
 			continue
 		}
@@ -431,6 +441,10 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		return plan != nil
 	}
 	if fits(nil) {
+		if len(leaving) > 0 {
+			// The pods already leaving make room: no other pod need go.
+			return c.victimsOf(append(slices.Clone(keptUIDs), leaving...), -1, pdbs), true
+		}
 		// No card needs freeing: kube-scheduler's victims stand for what it models itself.
 		if len(prop.Victims) == 0 {
 			return Victims{}, false
@@ -728,4 +742,86 @@ func (s *Server) refusedNodes(uid types.UID) []string {
 		return nil
 	}
 	return s.refused.nodes
+}
+
+// PreemptionNotes returns, for each of names whose verdict refuses pod p (uid), what preemption
+// adds to its reason, "" for none: on a node where pods of equal or higher priority are
+// nominated, that its cards are kept for them; on the node the pod is nominated to itself, the
+// pods being deleted there that it waits for. nil when no pod is nominated anywhere.
+func (c *Cache) PreemptionNotes(uid types.UID, p *core.Pod, names []string, verdicts []Verdict) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.preempt.byUID) == 0 {
+		return nil
+	}
+	self := c.preempt.byUID[uid]
+	var notes []string
+	for i, name := range names {
+		if verdicts[i].Reason == nil {
+			continue
+		}
+		note := ""
+		if self != nil && self.node == name {
+			note = c.terminatingNote(name, p.Priority)
+		}
+		if note == "" {
+			note = c.nomineesNote(name, p.Priority, uid)
+		}
+		if note == "" {
+			continue
+		}
+		if notes == nil {
+			notes = make([]string, len(names))
+		}
+		notes[i] = note
+	}
+	return notes
+}
+
+// noteList is how many pods a note names.
+const noteList = 3
+
+func listKeys(keys []string) string {
+	slices.Sort(keys)
+	if len(keys) > noteList {
+		return fmt.Sprintf("%s and %d more", strings.Join(keys[:noteList], ", "), len(keys)-noteList)
+	}
+	return strings.Join(keys, ", ")
+}
+
+// terminatingNote names the lower-priority pods being deleted on node. Called with c.mu held.
+func (c *Cache) terminatingNote(node string, prio int32) string {
+	n := c.nodes[node]
+	if n == nil {
+		return ""
+	}
+	var keys []string
+	for _, rec := range n.pods {
+		if m, ok := c.preempt.meta[rec.uid]; ok && m.terminating && m.priority < prio {
+			keys = append(keys, rec.key)
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	return "; nominated here, waits for preempted pods " + listKeys(keys) + " to terminate"
+}
+
+// nomineesNote names the pods nominated to node that hold its cards for a pod of priority prio.
+// Called with c.mu held.
+func (c *Cache) nomineesNote(node string, prio int32, uid types.UID) string {
+	var keys []string
+	for _, nm := range c.preempt.nominees[node] {
+		if nm.uid == uid || nm.pod == nil || nm.priority < prio {
+			continue
+		}
+		if _, reserved := c.pods[nm.uid]; reserved {
+			continue
+		}
+		keys = append(keys, nm.raw.Namespace+"/"+nm.raw.Name)
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	return "; cards kept for nominated pods of higher or equal priority: " + listKeys(keys)
 }

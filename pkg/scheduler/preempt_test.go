@@ -208,6 +208,30 @@ func TestPreemptVictimsInDecreasingPriority(t *testing.T) {
 	}
 }
 
+// A pod already being deleted (an earlier preemption's victim) frees its card: Cardinal names it
+// rather than a running pod, even one it would otherwise prefer (started last).
+func TestPreemptPrefersPodsAlreadyLeaving(t *testing.T) {
+	a0, a1, a2 := uuidOf("n", 0), uuidOf("n", 1), uuidOf("n", 2)
+	leaving := holder(t, "leaving", 0, "n", 0, 0, a0)
+	leaving.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	objs := []runtime.Object{mixedNode("n", 81920, 1, a100, a100, a100), leaving,
+		holder(t, "live", 0, "n", 9, 0, a1), holder(t, "other", 0, "n", 5, 0, a2)}
+	cases := []struct {
+		cards int64
+		want  []string
+	}{
+		{1, []string{"leaving"}},
+		{2, []string{"live"}}, // the leaving pod is not counted: one more victim, the one started last
+	}
+	for _, c := range cases {
+		h := newHarness(t, harnessOptions{}, objs...)
+		got := victimNames(h.preempt(preemptor("hi", 100, nil, c.cards, 0), map[string][]string{"n": {}}))
+		if diff := cmp.Diff(map[string][]string{"n": c.want}, got); diff != "" {
+			t.Errorf("%d cards: victims (-want +got):\n%s", c.cards, diff)
+		}
+	}
+}
+
 func TestPreemptKeepsVictimsWithoutCards(t *testing.T) {
 	a0 := uuidOf("n", 0)
 	cpu := gpuPod("cpu-hog", nil, ctr{name: "m"})
@@ -431,8 +455,12 @@ func TestNomineeKeepsFreedCards(t *testing.T) {
 	}
 	t.Run("a lower-priority pod does not get the nominee's card", func(t *testing.T) {
 		h := newHarness(t, harnessOptions{}, mixedNode("n", 81920, 1, a100), hi)
-		if res := filter(h, low()); len(*res.NodeNames) != 0 {
+		res := filter(h, low())
+		if len(*res.NodeNames) != 0 {
 			t.Errorf("low fits n: %+v", res)
+		}
+		if msg := res.FailedNodes["n"]; !strings.HasSuffix(msg, "; cards kept for nominated pods of higher or equal priority: default/hi") {
+			t.Errorf("low's reason on n does not name the nominee: %q", msg)
 		}
 		if res := filter(h, hi); len(*res.NodeNames) != 1 {
 			t.Errorf("the nominee itself must fit: %+v", res)
@@ -470,6 +498,11 @@ func TestNomineeKeepsFreedCards(t *testing.T) {
 		h := newHarness(t, harnessOptions{}, mixedNode("n", 81920, 1, a100, a100), hi2, victim)
 		if res := filter(h, low()); len(*res.NodeNames) != 0 {
 			t.Errorf("low fits n: %+v", res)
+		}
+		// The nominee's own reason says whom it waits for.
+		res := filter(h, hi2)
+		if msg := res.FailedNodes["n"]; !strings.HasSuffix(msg, "; nominated here, waits for preempted pods default/victim to terminate") {
+			t.Errorf("hi2's reason on n: %q", msg)
 		}
 	})
 	t.Run("a cleared nomination frees the card at once", func(t *testing.T) {

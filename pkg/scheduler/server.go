@@ -315,6 +315,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
 	pass := make([]int, 0, len(names))
 	var refusedNodes []string
+	notes := s.cache.PreemptionNotes(args.Pod.UID, p, names, verdicts)
 	for i, v := range verdicts {
 		switch {
 		case v.Reason == nil:
@@ -322,7 +323,11 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		case v.Reason.Unresolvable():
 			res.FailedAndUnresolvableNodes[names[i]] = v.Reason.String()
 		default:
-			res.FailedNodes[names[i]] = v.Reason.String()
+			msg := v.Reason.String()
+			if notes != nil {
+				msg += notes[i]
+			}
+			res.FailedNodes[names[i]] = msg
 			refusedNodes = append(refusedNodes, names[i])
 		}
 	}
@@ -710,7 +715,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cardinal_extender_request_duration_seconds",
-			Help:    "Time to answer an extender call, by verb (filter, prioritize, bind).",
+			Help:    "Time to answer an extender call, by verb (filter, prioritize, bind, preempt).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. 6.5s
 		}, []string{"verb"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
