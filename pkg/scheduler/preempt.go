@@ -301,6 +301,12 @@ type PDBLister func(namespace string) []*policyv1.PodDisruptionBudget
 // every candidate removed, then each reprieved, most important first, while the pod still fits.
 const preemptFitBudget = 4096
 
+// preemptSearchTime bounds the time one preempt call spends searching for minimum sets: nodes
+// decided after it get a minimal set at once (a Fit per candidate), so the answer reaches
+// kube-scheduler well within the extender's httpTimeout (3 s in the chart) even for the hundreds
+// of candidate nodes its dry run may send.
+const preemptSearchTime = time.Second
+
 // ChooseVictims decides, for each node of proposals and of extra (nodes kube-scheduler did not
 // propose), the victims whose cards make pod p (uid) fit there; nodes where no set of
 // lower-priority pods works are left out. The cache is only read.
@@ -308,12 +314,17 @@ func (c *Cache) ChooseVictims(uid types.UID, p *core.Pod, proposals map[string]P
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := map[string]Victims{}
+	deadline := time.Now().Add(preemptSearchTime)
 	decide := func(node string, prop Proposal) {
 		n, ok := c.nodes[node]
 		if !ok || n.state == nil {
 			return
 		}
-		if v, ok := c.chooseOn(n, uid, p, prop, pdbs); ok {
+		budget := preemptFitBudget
+		if time.Now().After(deadline) {
+			budget = 0
+		}
+		if v, ok := c.chooseOn(n, uid, p, prop, pdbs, budget); ok {
 			out[node] = v
 		}
 	}
@@ -355,7 +366,7 @@ func (a setCost) less(b setCost) bool {
 }
 
 // chooseOn decides the victims on one node. Called with c.mu held (read).
-func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal, pdbs PDBLister) (Victims, bool) {
+func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal, pdbs PDBLister, budget int) (Victims, bool) {
 	work := c.nominatedState(n, p, uid)
 	if work == nil {
 		work = n.state.Clone()
@@ -475,7 +486,7 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		sc.pdb = pdbViolations(metas, pdbs)
 		return sc
 	}
-	best := minimumSet(len(pool), fits, cost)
+	best := minimumSet(len(pool), budget, fits, cost)
 	if best == nil {
 		best = minimalSet(all, fits)
 	}
@@ -488,8 +499,7 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 
 // minimumSet finds the smallest set of indexes below k that fits, the best by cost among sets of
 // that size; nil when the budget of Fit calls runs out first.
-func minimumSet(k int, fits func([]int) bool, cost func([]int) setCost) []int {
-	budget := preemptFitBudget
+func minimumSet(k, budget int, fits func([]int) bool, cost func([]int) setCost) []int {
 	for size := 1; size <= k; size++ {
 		var best []int
 		var bestCost setCost

@@ -36,7 +36,7 @@ func mixedNode(name string, memMiB int64, shares int, models ...string) *corev1.
 
 // holder is a running pod of priority prio on node holding the device IDs given, whole cards
 // (mem 0) or shares of mem MiB; started orders pods of equal priority (later: spared last).
-func holder(t *testing.T, name string, prio int32, node string, started int, mem int64, ids ...string) *corev1.Pod {
+func holder(t testing.TB, name string, prio int32, node string, started int, mem int64, ids ...string) *corev1.Pod {
 	t.Helper()
 	c := ctr{name: "m", gpu: int64(len(ids))}
 	cores := 100
@@ -51,7 +51,10 @@ func holder(t *testing.T, name string, prio int32, node string, started int, mem
 	for _, id := range ids {
 		devs = append(devs, dev(id, mem, cores))
 	}
-	return withAssignment(t, bound(p, node), node, annotations.ContainerAssignment{Name: "m", Devices: devs})
+	p = bound(p, node)
+	p.Annotations = map[string]string{annotations.GPUAssignment: mustEncodeB(t, annotations.Assignment{Node: node,
+		Containers: []annotations.ContainerAssignment{{Name: "m", Devices: devs}}})}
+	return p
 }
 
 // preemptor is a pending pod of priority prio asking gpu cards (shares of mem MiB when mem > 0).
@@ -416,7 +419,7 @@ func TestMinimalSetWhenBudgetRunsOut(t *testing.T) {
 		}
 		return true
 	}
-	if got := minimumSet(40, fits, func([]int) setCost { return setCost{} }); got != nil {
+	if got := minimumSet(40, preemptFitBudget, fits, func([]int) setCost { return setCost{} }); got != nil {
 		t.Fatalf("minimumSet = %v, want nil past the budget", got)
 	}
 	if calls != preemptFitBudget {
@@ -430,11 +433,11 @@ func TestMinimalSetWhenBudgetRunsOut(t *testing.T) {
 		t.Errorf("minimalSet = %v, want %v", got, need)
 	}
 	// Small pools find the minimum.
-	if got := minimumSet(8, fits, func([]int) setCost { return setCost{} }); got != nil {
+	if got := minimumSet(8, preemptFitBudget, fits, func([]int) setCost { return setCost{} }); got != nil {
 		t.Errorf("need 17, 30 out of range: got %v", got)
 	}
 	need = []int{2, 5}
-	if got := minimumSet(8, fits, func([]int) setCost { return setCost{} }); !slices.Equal(got, need) {
+	if got := minimumSet(8, preemptFitBudget, fits, func([]int) setCost { return setCost{} }); !slices.Equal(got, need) {
 		t.Errorf("minimumSet = %v, want %v", got, need)
 	}
 }
@@ -539,5 +542,58 @@ func TestNomineeIsInPreemptionState(t *testing.T) {
 	got := victimNames(h.preempt(mid, map[string][]string{"n": {}}))
 	if diff := cmp.Diff(map[string][]string{"n": {"lo"}}, got); diff != "" {
 		t.Errorf("victims (-want +got):\n%s", diff)
+	}
+}
+
+// busySharedCluster is nodes nodes of 8 H100s in 8 slots, every slot held by a 10000 MiB
+// priority-0 pod.
+func busySharedCluster(t testing.TB, nodes int) []runtime.Object {
+	var objs []runtime.Object
+	for n := range nodes {
+		name := "b" + itoa(n)
+		objs = append(objs, gpuNode(nodeSpec{name: name, model: "NVIDIA H100 80GB HBM3", memMiB: 81559, count: 8, shares: 8}))
+		for c := range 8 {
+			for k := range 8 {
+				objs = append(objs, holder(t, name+"-"+itoa(c)+"-"+itoa(k), 0, name, c*8+k, 10000, uuidOf(name, c)+"::"+itoa(k)))
+			}
+		}
+	}
+	return objs
+}
+
+// A pod that needs three slot holders gone on one card, on every node of a busy cluster: past
+// the Fit budget (C(64,3) sets of size 3) each node gets a minimal set, three holders of one card.
+func TestPreemptPastTheBudget(t *testing.T) {
+	h := newHarness(t, harnessOptions{}, busySharedCluster(t, 2)...)
+	got := h.preempt(preemptor("hi", 100, nil, 1, 30000), map[string][]string{"b0": {}, "b1": {}})
+	for _, node := range []string{"b0", "b1"} {
+		mv := got.NodeNameToMetaVictims[node]
+		if mv == nil || len(mv.Pods) != 3 {
+			t.Fatalf("%s: want 3 victims, got %v", node, victimNames(got)[node])
+		}
+		card := ""
+		for _, v := range victimNames(got)[node] {
+			c := strings.Split(v, "-")[1]
+			if card != "" && c != card {
+				t.Errorf("%s: victims on several cards: %v", node, victimNames(got)[node])
+			}
+			card = c
+		}
+	}
+}
+
+func BenchmarkPreempt(b *testing.B) {
+	const nodes = 100
+	h := newHarness(b, harnessOptions{}, busySharedCluster(b, nodes)...)
+	props := map[string][]string{}
+	for n := range nodes {
+		props["b"+itoa(n)] = nil
+	}
+	pod := preemptor("hi", 100, nil, 1, 20000)
+	b.ResetTimer()
+	for range b.N {
+		if got := h.preempt(pod, props); len(got.NodeNameToMetaVictims) != nodes {
+			b.Fatalf("%d nodes", len(got.NodeNameToMetaVictims))
+		}
 	}
 }
