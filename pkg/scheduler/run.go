@@ -175,7 +175,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	podLister := factory.Core().V1().Pods().Lister()
 	var services ServiceSelects
-	synced := []toolscache.InformerSynced{nodeInf.HasSynced, podInf.HasSynced, pdbInf.HasSynced}
+	// Not pdbInf: budgets are a preference among victim sets, never a reason to refuse every verb
+	// (a cluster whose RBAC denies them still schedules; its preemption counts no violations).
+	synced := []toolscache.InformerSynced{nodeInf.HasSynced, podInf.HasSynced}
 	if cfg.FilterShortlist > 0 {
 		// PodTopologySpread's default constraints spread pods a Service selects: they get the full list.
 		svcInf := factory.Core().V1().Services().Informer()
