@@ -597,3 +597,36 @@ func BenchmarkPreempt(b *testing.B) {
 		}
 	}
 }
+
+// Nominations come and go while filters run (the informer's goroutine and kube-scheduler's
+// calls): under -race this finds unguarded reads; the end state is the last nomination's.
+func TestNominationsWhileEvaluating(t *testing.T) {
+	hi := nominated(preemptor("hi", 100, nil, 1, 0), "n")
+	h := newHarness(t, harnessOptions{}, mixedNode("n", 81920, 1, a100, a100))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			p := hi.DeepCopy()
+			if i%2 == 1 {
+				p.Status.NominatedNodeName = ""
+			}
+			h.cache.UpsertPod(p)
+		}
+	}()
+	low, err := h.srv.prepare(preemptor("low", 0, nil, 2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		h.cache.Evaluate("uid-low", low, []string{"n"}, nil)
+	}
+	<-done
+	if v := h.cache.Evaluate("uid-low", low, []string{"n"}, nil); v[0].Reason != nil {
+		t.Errorf("the nomination is cleared, yet low does not fit: %s", v[0].Reason)
+	}
+	h.cache.UpsertPod(hi)
+	if v := h.cache.Evaluate("uid-low", low, []string{"n"}, nil); v[0].Reason == nil {
+		t.Error("hi is nominated, yet low gets both cards")
+	}
+}
