@@ -33,7 +33,7 @@ import (
 
 // Config configures the extender.
 type Config struct {
-	// Listen is the address of the HTTP server (/filter /prioritize /bind /healthz /readyz /metrics).
+	// Listen is the address of the HTTP server (/filter /prioritize /bind /preempt /healthz /readyz /metrics).
 	Listen string
 	// Listener, when set, is used instead of Listen (tests pass one bound to a free port).
 	Listener net.Listener
