@@ -307,6 +307,15 @@ const preemptFitBudget = 4096
 // of candidate nodes its dry run may send.
 const preemptSearchTime = time.Second
 
+// preemptTimeLimit is when a preempt call stops deciding nodes: the nodes left are left out of
+// the answer (no candidates), which keeps it within the extender's httpTimeout whatever the
+// cluster's size.
+const preemptTimeLimit = 2 * time.Second
+
+// preemptExtraNodes is how many nodes kube-scheduler did not propose (refused by filter) one
+// preempt call offers at most: kube-scheduler's own dry run offers max(10 % of the nodes, 100).
+const preemptExtraNodes = 100
+
 // ChooseVictims decides, for each node of proposals and of extra (nodes kube-scheduler did not
 // propose), the victims whose cards make pod p (uid) fit there; nodes where no set of
 // lower-priority pods works are left out. The cache is only read.
@@ -314,10 +323,11 @@ func (c *Cache) ChooseVictims(uid types.UID, p *core.Pod, proposals map[string]P
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := map[string]Victims{}
-	deadline := time.Now().Add(preemptSearchTime)
+	start := time.Now()
+	deadline, limit := start.Add(preemptSearchTime), start.Add(preemptTimeLimit)
 	decide := func(node string, prop Proposal) {
 		n, ok := c.nodes[node]
-		if !ok || n.state == nil {
+		if !ok || n.state == nil || time.Now().After(limit) {
 			return
 		}
 		budget := preemptFitBudget
@@ -331,9 +341,14 @@ func (c *Cache) ChooseVictims(uid types.UID, p *core.Pod, proposals map[string]P
 	for node, prop := range proposals {
 		decide(node, prop)
 	}
+	offered := 0
 	for _, node := range extra {
+		if offered == preemptExtraNodes {
+			break
+		}
 		if _, proposed := proposals[node]; !proposed {
 			decide(node, Proposal{})
+			offered++
 		}
 	}
 	return out

@@ -630,3 +630,23 @@ func TestNominationsWhileEvaluating(t *testing.T) {
 		t.Error("hi is nominated, yet low gets both cards")
 	}
 }
+
+// Nodes filter refused are offered up to preemptExtraNodes per call.
+func TestPreemptOffersAtMostSoManyRefusedNodes(t *testing.T) {
+	var objs []runtime.Object
+	var all []string
+	for i := range preemptExtraNodes + 5 {
+		name := "n" + itoa(i)
+		all = append(all, name)
+		objs = append(objs, mixedNode(name, 81920, 1, a100, t4), holder(t, "lo-"+name, 0, name, 0, 0, uuidOf(name, 0)))
+	}
+	h := newHarness(t, harnessOptions{}, objs...)
+	pod := preemptor("hi", 100, map[string]string{annotations.UseGPUType: "A100"}, 1, 0)
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &all}))
+	if len(res.FailedNodes) != len(all) {
+		t.Fatalf("filter refused %d nodes as resolvable, want %d", len(res.FailedNodes), len(all))
+	}
+	if got := len(h.preempt(pod, nil).NodeNameToMetaVictims); got != preemptExtraNodes {
+		t.Errorf("offered %d nodes, want %d", got, preemptExtraNodes)
+	}
+}
