@@ -404,6 +404,22 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		}
 		kept, keptUIDs = append(kept, m), append(keptUIDs, v)
 	}
+	// Candidates whose cards the pod cannot use free nothing it needs, unless it lacks CPU or
+	// memory: then every pod holding some may help.
+	hostShort := !work.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, core.HostRequest{})
+	useful := func(rec *podRecord) bool {
+		if hostShort {
+			if hr, ok := c.hosts[rec.uid]; ok && hr.node == n.name {
+				return true
+			}
+		}
+		for _, h := range rec.applied {
+			if i, ok := work.CardIndex(h.UUID); ok && p.Selector.Accepts(&work.Cards[i].GPU) {
+				return true
+			}
+		}
+		return false
+	}
 	// Pods being deleted free their cards anyway: released from the start, never counted as
 	// victims; those of lower priority are named only when they alone make room (leaving).
 	var pool []candidate
@@ -414,33 +430,17 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		}
 		m, ok := c.preempt.meta[rec.uid]
 		if ok && m.terminating {
-			c.release(work, rec)
-			if m.priority < p.Priority {
+			if m.priority < p.Priority && useful(rec) {
 				leaving = append(leaving, rec.uid)
 			}
+			c.release(work, rec)
 			continue
 		}
-		if !ok || m.priority >= p.Priority {
+		if !ok || m.priority >= p.Priority || !useful(rec) {
 			continue
 		}
 		pool = append(pool, candidate{rec: rec, meta: m, proposed: proposed[rec.uid]})
 	}
-	// Candidates whose cards the pod cannot use free nothing it needs, unless it lacks CPU or
-	// memory: then every pod holding some may help.
-	hostShort := !work.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, core.HostRequest{})
-	pool = slices.DeleteFunc(pool, func(cd candidate) bool {
-		if hostShort {
-			if hr, ok := c.hosts[cd.rec.uid]; ok && hr.node == n.name {
-				return false
-			}
-		}
-		for _, h := range cd.rec.applied {
-			if i, ok := work.CardIndex(h.UUID); ok && p.Selector.Accepts(&work.Cards[i].GPU) {
-				return false
-			}
-		}
-		return true
-	})
 	// Least important first: lowest priority, proposed by kube-scheduler, started last.
 	slices.SortFunc(pool, func(a, b candidate) int {
 		switch {

@@ -217,7 +217,10 @@ func TestPreemptPrefersPodsAlreadyLeaving(t *testing.T) {
 	a0, a1, a2 := uuidOf("n", 0), uuidOf("n", 1), uuidOf("n", 2)
 	leaving := holder(t, "leaving", 0, "n", 0, 0, a0)
 	leaving.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	objs := []runtime.Object{mixedNode("n", 81920, 1, a100, a100, a100), leaving,
+	// A T4 holder being deleted frees nothing an A100 pod can use: never named.
+	leavingT4 := holder(t, "leaving-t4", 0, "n", 0, 0, uuidOf("n", 3))
+	leavingT4.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	objs := []runtime.Object{mixedNode("n", 81920, 1, a100, a100, a100, t4), leaving, leavingT4,
 		holder(t, "live", 0, "n", 9, 0, a1), holder(t, "other", 0, "n", 5, 0, a2)}
 	cases := []struct {
 		cards int64
@@ -228,7 +231,7 @@ func TestPreemptPrefersPodsAlreadyLeaving(t *testing.T) {
 	}
 	for _, c := range cases {
 		h := newHarness(t, harnessOptions{}, objs...)
-		got := victimNames(h.preempt(preemptor("hi", 100, nil, c.cards, 0), map[string][]string{"n": {}}))
+		got := victimNames(h.preempt(preemptor("hi", 100, map[string]string{annotations.UseGPUType: "A100"}, c.cards, 0), map[string][]string{"n": {}}))
 		if diff := cmp.Diff(map[string][]string{"n": c.want}, got); diff != "" {
 			t.Errorf("%d cards: victims (-want +got):\n%s", c.cards, diff)
 		}
