@@ -31,9 +31,9 @@ func run() error {
 	fs := pflag.NewFlagSet("scheduler-extender", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, "Usage: scheduler-extender [flags]\n\n"+
-			"Cardinal's kube-scheduler extender. kube-scheduler calls POST /filter, /prioritize and /bind\n"+
-			"(extender API v1, nodeCacheCapable); /healthz, /readyz (ready once the caches synced) and\n"+
-			"/metrics are served on the same address.\n\nFlags:\n")
+			"Cardinal's kube-scheduler extender. kube-scheduler calls POST /filter, /prioritize, /bind and\n"+
+			"/preempt (extender API v1, nodeCacheCapable); /healthz, /readyz (ready once the caches\n"+
+			"synced) and /metrics are served on the same address.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve the extender API, health and metrics on")

@@ -146,6 +146,8 @@ type Cache struct {
 	onPanic PanicHandler
 	// cpuPods are the pods that hold or will hold exclusive CPUs on a node (numacpus.go).
 	cpuPods map[types.UID]*cpuHolder
+	// preempt is what preemption reads: pods' priorities, nominated pods (preempt.go).
+	preempt preemption
 }
 
 // NewCache returns an empty cache.
@@ -329,6 +331,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	c.trackCPUs(pod)
 	c.countMix(pod)
 	c.setAffinityTerms(pod.UID, terms)
+	c.trackPreemption(pod)
 	old := c.pods[pod.UID]
 	if old != nil && old.reserved && pod.Spec.NodeName == "" && !finished(pod) {
 		return // bind is under way: keep the reservation
@@ -346,6 +349,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
 	delete(c.affinity, uid)
+	c.forgetPreemption(uid)
 }
 
 func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
@@ -664,6 +668,12 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			v.Reason, v.gen = n.reason, n.gen
 		default:
 			v.gen = n.gen
+			if st := c.nominatedState(n, p, uid); st != nil {
+				var f, w bool
+				v, f, w = c.decideNominated(n, st, p, uid, &s)
+				free, waiting = free || f, waiting || w
+				break
+			}
 			k := n.hash
 			if withHost {
 				k ^= hostHash(&n.state.Host)
@@ -804,7 +814,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 		}
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}
-	plan, r := c.fitNode(n, p)
+	plan, r := c.fitReserve(n, p, uid)
 	if r != nil {
 		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
 	}

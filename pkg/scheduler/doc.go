@@ -1,6 +1,6 @@
 // Package scheduler is Cardinal's kube-scheduler HTTP extender: an informer-fed Cache of every GPU
 // node's cards and what pods hold on them, the HTTP layer (gin) that answers kube-scheduler's
-// filter, prioritize and bind calls (extender API v1, nodeCacheCapable), and Run, which wires them
+// filter, prioritize, bind and preempt calls (extender API v1, nodeCacheCapable), and Run, which wires them
 // to a cluster. The placement decisions themselves are the pure functions of package core.
 //
 // # Cache
@@ -36,8 +36,8 @@
 //
 // # HTTP
 //
-// NewServer(cache, ServerOptions) and Server.Handler serve POST /filter, /prioritize, /bind and
-// GET /healthz, /readyz, /metrics. Bodies are read through one size-limited decoder; pods without
+// NewServer(cache, ServerOptions) and Server.Handler serve POST /filter, /prioritize, /bind,
+// /preempt and GET /healthz, /readyz, /metrics. Bodies are read through one size-limited decoder; pods without
 // GPU requests pass through untouched. Bind writes the assignment, then posts the Binding; on a
 // failure it records a GPUBindFailed event on the pod and frees the reservation only by proof that
 // no Binding of it can still land (reservations_freed_by_proof.go).
@@ -45,6 +45,10 @@
 // With ServerOptions.FilterShortlist > 0 filter answers only the best-ranked fitting nodes for pods
 // whose in-tree kube-scheduler scores cannot differ between nodes (shortlist.go), so kube-scheduler
 // skips its scoring and prioritize when one node is left.
+//
+// Preempt chooses, for each candidate node of kube-scheduler's preemption, the fewest lower-priority
+// pods whose cards make the pod fit, and the cache keeps a nominated pod's cards from pods of lower
+// priority (preempt.go).
 //
 // Run(ctx, Config) starts the informers, the event broadcaster and the server until ctx is done.
 package scheduler

@@ -24,7 +24,9 @@ func FuzzExtenderDecoding(f *testing.F) {
 	f.Add(uint8(2), []byte(`{"PodName":"p","PodNamespace":"default","Node":""}`))
 	f.Add(uint8(0), []byte(`{`))
 	f.Add(uint8(1), []byte{0xff, 0xfe})
-	paths := []string{"/filter", "/prioritize", "/bind"}
+	f.Add(uint8(3), seed(extenderv1.ExtenderPreemptionArgs{Pod: pod, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": {Pods: []*extenderv1.MetaPod{{UID: "x"}}}}}))
+	f.Add(uint8(3), []byte(`{"Pod":{},"NodeNameToVictims":{"n1":null},"NodeNameToMetaVictims":{"n1":{"Pods":[null]}}}`))
+	paths := []string{"/filter", "/prioritize", "/bind", "/preempt"}
 	f.Fuzz(func(t *testing.T, verb uint8, body []byte) {
 		h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 1000, count: 2, shares: 2}), pod.DeepCopy())
 		w := h.postRaw(paths[int(verb)%len(paths)], body)

@@ -33,7 +33,7 @@ import (
 
 // Config configures the extender.
 type Config struct {
-	// Listen is the address of the HTTP server (/filter /prioritize /bind /healthz /readyz /metrics).
+	// Listen is the address of the HTTP server (/filter /prioritize /bind /preempt /healthz /readyz /metrics).
 	Listen string
 	// Listener, when set, is used instead of Listen (tests pass one bound to a free port).
 	Listener net.Listener
@@ -160,7 +160,9 @@ func Run(ctx context.Context, cfg Config) error {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeInf := factory.Core().V1().Nodes().Informer()
 	podInf := factory.Core().V1().Pods().Informer()
-	for _, inf := range []toolscache.SharedIndexInformer{nodeInf, podInf} {
+	// PodDisruptionBudgets: preemption counts the budgets its victims would break (preempt.go).
+	pdbInf := factory.Policy().V1().PodDisruptionBudgets().Informer()
+	for _, inf := range []toolscache.SharedIndexInformer{nodeInf, podInf, pdbInf} {
 		if err := inf.SetTransform(stripManagedFields); err != nil {
 			return fmt.Errorf("informer transform: %w", err)
 		}
@@ -173,6 +175,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	podLister := factory.Core().V1().Pods().Lister()
 	var services ServiceSelects
+	// Not pdbInf: budgets are a preference among victim sets, never a reason to refuse every verb
+	// (a cluster whose RBAC denies them still schedules; its preemption counts no violations).
 	synced := []toolscache.InformerSynced{nodeInf.HasSynced, podInf.HasSynced}
 	if cfg.FilterShortlist > 0 {
 		// PodTopologySpread's default constraints spread pods a Service selects: they get the full list.
@@ -199,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}},
 		Ready: ready.Load, MaxBody: cfg.MaxBodyBytes, BindWait: cfg.BindWait,
 		FilterShortlist: cfg.FilterShortlist, Services: services,
+		PDBs: listPDBs(factory.Policy().V1().PodDisruptionBudgets().Lister()),
 	})
 
 	ln := cfg.Listener

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -59,8 +60,13 @@ type Server struct {
 	shortlist int
 	services  ServiceSelects
 
+	// pdbs lists PodDisruptionBudgets for preemption (nil: none known).
+	pdbs PDBLister
+
 	memoMu sync.Mutex
 	memo   memo
+	// refused is guarded by memoMu (preempt.go).
+	refused refused
 }
 
 // memo keeps the verdicts of the last filter call so that prioritize, which kube-scheduler sends
@@ -116,6 +122,9 @@ type ServerOptions struct {
 	// Services reports whether a Service selects a pod (PodTopologySpread's default constraints);
 	// nil: none does.
 	Services ServiceSelects
+	// PDBs lists a namespace's PodDisruptionBudgets, which preemption counts violations of
+	// (nil: none known).
+	PDBs PDBLister
 }
 
 // DefaultBindWait is how long a bind waits for a container in flight on its node to be allocated:
@@ -126,7 +135,7 @@ const DefaultBindWait = 2 * time.Second
 func NewServer(cache *Cache, o ServerOptions) *Server {
 	s := &Server{log: o.Log, client: o.Client, cache: cache, decider: o.Decider, names: o.Names, pods: o.Pods,
 		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody, bindWait: o.BindWait,
-		shortlist: o.FilterShortlist, services: o.Services}
+		shortlist: o.FilterShortlist, services: o.Services, pdbs: o.PDBs}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
@@ -141,6 +150,7 @@ func NewServer(cache *Cache, o ServerOptions) *Server {
 		s.registry = prometheus.NewRegistry()
 	}
 	s.metrics = newMetrics(s.registry)
+	cache.PrepareNominees(s.prepare)
 	cache.OnPanic(func(node string, v any, stack []byte) {
 		s.metrics.panics.Inc()
 		s.log.Error(fmt.Errorf("panic: %v", v), "deciding a node panicked; the node fails for this pod", logging.KeyNode, node, "stack", string(stack))
@@ -160,6 +170,7 @@ func (s *Server) Handler() http.Handler {
 		return (*priorityList)(s.Prioritize(ctx, a.upstream()))
 	}))
 	r.POST("/bind", route(s, "bind", s.Bind))
+	r.POST("/preempt", s.synced("preempt"), route(s, "preempt", s.Preempt))
 	s.probeRoutes(r)
 	return r
 }
@@ -261,7 +272,7 @@ func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
 	}
 	p, err := s.decider.PrepareHost(req, sel, podHost(pod))
 	if p != nil {
-		p.Tenant, p.Created = pod.Namespace, pod.CreationTimestamp.Unix()
+		p.Tenant, p.Created, p.Priority = pod.Namespace, pod.CreationTimestamp.Unix(), corev1helpers.PodPriority(pod)
 	}
 	return p, err
 }
@@ -303,6 +314,8 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	verdicts := s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
 	pass := make([]int, 0, len(names))
+	var refusedNodes []string
+	notes := s.cache.PreemptionNotes(args.Pod.UID, p, names, verdicts)
 	for i, v := range verdicts {
 		switch {
 		case v.Reason == nil:
@@ -310,7 +323,12 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		case v.Reason.Unresolvable():
 			res.FailedAndUnresolvableNodes[names[i]] = v.Reason.String()
 		default:
-			res.FailedNodes[names[i]] = v.Reason.String()
+			msg := v.Reason.String()
+			if notes != nil {
+				msg += notes[i]
+			}
+			res.FailedNodes[names[i]] = msg
+			refusedNodes = append(refusedNodes, names[i])
 		}
 	}
 	s.metrics.nodes.WithLabelValues("fit").Add(float64(len(pass)))
@@ -336,6 +354,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	}
 	s.memoMu.Lock()
 	s.memo = memo{uid: args.Pod.UID, names: fit, verdicts: keep}
+	s.refused = refused{uid: args.Pod.UID, nodes: refusedNodes}
 	s.memoMu.Unlock()
 	if log := s.log.V(4); log.Enabled() {
 		log.Info("filter", logging.KeyPod, args.Pod.Namespace+"/"+args.Pod.Name, "nodes", len(names), "fit", len(fit))
@@ -696,7 +715,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cardinal_extender_request_duration_seconds",
-			Help:    "Time to answer an extender call, by verb (filter, prioritize, bind).",
+			Help:    "Time to answer an extender call, by verb (filter, prioritize, bind, preempt).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. 6.5s
 		}, []string{"verb"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -117,7 +117,7 @@ func TestSchedulerConfigurationDefault(t *testing.T) {
 				{Name: "NodeResourcesFit"}, {Name: "NodeResourcesBalancedAllocation"}}}},
 		}},
 		Extenders: []configv1.Extender{{
-			URLPrefix: "http://127.0.0.1:8888", FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind",
+			URLPrefix: "http://127.0.0.1:8888", FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind", PreemptVerb: "preempt",
 			Weight: 25, HTTPTimeout: metav1.Duration{Duration: 3 * time.Second},
 			NodeCacheCapable: true, Ignorable: false,
 			ManagedResources: managed(annotations.DefaultResourceNames()),
@@ -149,7 +149,7 @@ func TestSchedulerConfigurationFollowsValues(t *testing.T) {
 		},
 		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To("gpu-scheduler"), PercentageOfNodesToScore: ptr.To[int32](100)}},
 		Extenders: []configv1.Extender{{
-			URLPrefix: "http://127.0.0.1:39999", FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind",
+			URLPrefix: "http://127.0.0.1:39999", FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind", PreemptVerb: "preempt",
 			Weight: 5, HTTPTimeout: metav1.Duration{Duration: 750 * time.Millisecond},
 			NodeCacheCapable: true, ManagedResources: managed(names),
 		}},
@@ -629,6 +629,8 @@ func TestRBAC(t *testing.T) {
 			rule(core, []string{"pods"}, []string{"get", "list", "watch", "patch"}),
 			// --filter-shortlist: a pod a Service selects gets every fitting node.
 			rule(core, []string{"services"}, []string{"list", "watch"}),
+			// Preempt verb: victims whose eviction no budget forbids first.
+			rule([]string{"policy"}, []string{"poddisruptionbudgets"}, []string{"list", "watch"}),
 			rule(core, []string{"pods/binding"}, []string{"create"}),
 			rule(events, []string{"events"}, []string{"create", "patch"}),
 		},

@@ -56,6 +56,10 @@ type Pod struct {
 	// Created is the pod's creation time in whole seconds: the order the kubelet admits pods in
 	// (the extender's cache reads it; the core does not).
 	Created int64
+	// Priority is the pod's priority (spec.priority, 0 when unset): a pod nominated to a node
+	// keeps the cards it preempted from pods of lower priority (the extender's cache reads it;
+	// the core does not).
+	Priority int32
 
 	nodeScore NodeScoreFunc
 	card      CardStrategy
