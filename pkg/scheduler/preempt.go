@@ -414,7 +414,7 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 			}
 		}
 		for _, h := range rec.applied {
-			if i, ok := work.CardIndex(h.UUID); ok && p.Selector.Accepts(&work.Cards[i].GPU) {
+			if i, ok := work.CardIndex(h.UUID); ok && p.Accepts(&work.Cards[i]) && servesAny(&work.Cards[i], p) {
 				return true
 			}
 		}
@@ -849,4 +849,15 @@ func (c *Cache) nomineesNote(node string, prio int32, uid types.UID) string {
 		return ""
 	}
 	return "; cards kept for nominated pods of higher or equal priority: " + listKeys(keys)
+}
+
+// servesAny reports whether device c is the kind some container of p asks for (a whole card, or a
+// MIG instance of the container's profile): freeing a device of another kind gives p nothing.
+func servesAny(c *core.Card, p *core.Pod) bool {
+	for i := range p.Request.Containers {
+		if c.Serves(&p.Request.Containers[i]) {
+			return true
+		}
+	}
+	return false
 }

@@ -653,3 +653,33 @@ func TestPreemptOffersAtMostSoManyRefusedNodes(t *testing.T) {
 		t.Errorf("offered %d nodes, want %d", got, preemptExtraNodes)
 	}
 }
+
+// MIG holders are victims by their instances: a pod asking a 1g.10gb instance on a named parent
+// preempts the holder of that parent's one 1g.10gb instance, not a whole-card holder kube-scheduler
+// proposed, nor the holder of another profile's instance on the same parent.
+func TestPreemptMIGInstanceHolders(t *testing.T) {
+	migHolder := func(name, uuid, profile string, mem int64, started int) *corev1.Pod {
+		p := migPod(name, nil, profile, 1)
+		prio := int32(0)
+		p.Spec.Priority = &prio
+		p.Status.Phase = corev1.PodRunning
+		p.Status.StartTime = &metav1.Time{Time: time.Unix(1_700_000_000+int64(started), 0)}
+		p = bound(p, "mig")
+		p.Annotations = map[string]string{annotations.GPUAssignment: mustEncodeB(t, annotations.Assignment{Node: "mig",
+			Containers: []annotations.ContainerAssignment{{Name: "m", Devices: []annotations.DeviceAssignment{
+				{UUID: uuid, ID: uuid, MemoryMiB: mem, Cores: 100, Parent: "GPU-mig-am", Profile: profile}}}}})}
+		return p
+	}
+	h := newHarness(t, harnessOptions{},
+		migNodeObj("mig"),
+		holder(t, "lo-h0", 0, "mig", 0, 0, "GPU-mig-h0"),
+		migHolder("lo-3g", "MIG-mig-3g", "3g.40gb", 40192, 1),
+		migHolder("lo-1g", "MIG-mig-1g", "1g.10gb", 9728, 2))
+	pod := migPod("hi", map[string]string{annotations.UseGPUUUID: "GPU-mig-am"}, "1g.10gb", 1)
+	prio := int32(100)
+	pod.Spec.Priority = &prio
+	got := victimNames(h.preempt(pod, map[string][]string{"mig": {"lo-h0"}}))
+	if diff := cmp.Diff(map[string][]string{"mig": {"lo-1g"}}, got); diff != "" {
+		t.Errorf("victims (-want +got):\n%s", diff)
+	}
+}
