@@ -54,7 +54,7 @@ const (
 var InternalKeys = []string{GPUInventory, GPUAssignment, GPUAllocated}
 
 // UserKeys are the pod annotations a user may write.
-var UserKeys = []string{UseGPUType, NoUseGPUType, UseGPUUUID, NoUseGPUUUID, NUMABind, NodePolicy, GPUPolicy}
+var UserKeys = []string{UseGPUType, NoUseGPUType, UseGPUUUID, NoUseGPUUUID, NUMABind, NodePolicy, GPUPolicy, GPULink}
 
 // IsInternal reports whether key is one of InternalKeys.
 func IsInternal(key string) bool {

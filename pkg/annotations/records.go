@@ -53,6 +53,9 @@ type Inventory struct {
 	// Sharing is how the node enforces the limits of shared cards; nil means mode none (added in
 	// v1 without a version change: older readers ignore it).
 	Sharing *Sharing `json:"sharing,omitempty"`
+	// Links says how pairs of cards reach each other (NVLink, NVSwitch, PCIe); a pair not listed is
+	// unknown. Nil: the plugin did not report links. Added in v1 without a version change.
+	Links []Link `json:"links,omitempty"`
 }
 
 // Assignment is the Pod annotation GPUAssignment, written by the extender at bind.
@@ -228,6 +231,9 @@ func (inv *Inventory) validate() error {
 		if err := g.MIG.validate(i, seen); err != nil {
 			return err
 		}
+	}
+	if err := validateLinks(inv.Links, len(inv.GPUs)); err != nil {
+		return err
 	}
 	if inv.Sharing != nil {
 		if err := inv.Sharing.validate(); err != nil {

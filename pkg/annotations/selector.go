@@ -20,6 +20,8 @@ type Selector struct {
 	NoUseUUIDs []string
 	// NUMABind requires all cards of one container on one NUMA node.
 	NUMABind bool
+	// Link is the GPULink requirement: LinkNVLink, or "" for none.
+	Link string
 	// NodePolicy and GPUPolicy override the scheduler's defaults when not empty.
 	NodePolicy Policy
 	GPUPolicy  Policy
@@ -86,6 +88,13 @@ func ParseSelector(ann map[string]string) (Selector, error) {
 		default:
 			errs = append(errs, errorf(NUMABind, "%q is not true or false", v))
 		}
+	}
+	if v, ok := ann[GPULink]; ok {
+		l, err := parseLink(v)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		s.Link = l
 	}
 	if v, ok := ann[NodePolicy]; ok {
 		p, err := ParsePolicy(NodePolicy, v)
