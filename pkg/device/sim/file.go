@@ -61,6 +61,28 @@
 // is malformed or NVML names no profile so on that card (1g.12gb on an 80 GB card, whose eighths
 // are 10gb, 20gb, …).
 //
+// topology, beside nodes, lays out the links between a node's cards, as NVML reports them
+// (GetNvLinkState, GetNvLinkRemoteDeviceType and GetNvLinkRemotePciInfo per link,
+// GetTopologyCommonAncestor per pair):
+//
+//	topology:
+//	  node-b: nvswitch
+//
+// The topologies:
+//
+//   - nvswitch — every card has 12 NVLink links to 6 NVSwitches: all pairs alike (an HGX baseboard).
+//   - nvlink-pairs — NVLink bridges of 4 links between cards 0-1, 2-3, …; a last odd card has its
+//     links inactive.
+//   - pcie-switches — no NVLink: NVML answers NOT_SUPPORTED for it.
+//
+// In each, the PCIe tree has two cards per PCIe switch and two switches per socket: cards 0-1 and
+// 2-3 on socket 0, 4-5 and 6-7 on socket 1, and so on. The common ancestor of two cards is
+// TOPOLOGY_SINGLE (switch) below one switch, TOPOLOGY_NODE (numa) on one socket, TOPOLOGY_SYSTEM
+// across sockets. A card's numa omitted is its socket's; a numa that disagrees with the socket is
+// refused. A node without topology answers NOT_SUPPORTED for NVLink (as cards without it, a T4, do)
+// and for the common ancestor, so its inventory carries no links. Changing the topology needs a
+// restart.
+//
 // The plugin re-reads the file while it runs (Server.Watch): health, fault and MIG mode changes, and
 // the health of MIG instances, apply at once; adding, removing or changing instances needs a
 // restart.
@@ -91,6 +113,9 @@ const (
 // File is a parsed simulation file.
 type File struct {
 	Nodes map[string][]Entry `json:"nodes"`
+	// Topology names the links between a node's cards, by node (topology.go); a node not listed
+	// has none (NVML answers NOT_SUPPORTED for NVLink and the PCIe common ancestor).
+	Topology map[string]Topology `json:"topology,omitempty"`
 }
 
 // Entry is one line of a node's list: one or more identical cards.
@@ -198,6 +223,12 @@ type Card struct {
 	MIG *nvidia.MIGMode
 	// Instances are the card's MIG instances (MIG mode in force), in NVML's index order.
 	Instances []Instance
+	// NVLink are the card's NVLink links in NVML's link order; nil when the card has no NVLink
+	// (NVML answers NOT_SUPPORTED). Set by the node's topology.
+	NVLink []NVLinkPort
+	// PCIe places the card in the PCIe tree; nil when the simulator does not know it
+	// (GetTopologyCommonAncestor answers NOT_SUPPORTED). Set by the node's topology.
+	PCIe *PCIePlace
 }
 
 // Parse decodes and validates a simulation file. Unknown fields are errors (a misspelt key would
@@ -213,6 +244,11 @@ func Parse(data []byte) (*File, error) {
 	}
 	if len(f.Nodes) > MaxNodes {
 		return nil, fmt.Errorf("simulation file: %d nodes (at most %d)", len(f.Nodes), MaxNodes)
+	}
+	for _, name := range sortedKeys(f.Topology) {
+		if _, ok := f.Nodes[name]; !ok {
+			return nil, fmt.Errorf("simulation file: topology.%s: no such node (nodes: %s)", name, strings.Join(f.NodeNames(), ", "))
+		}
 	}
 	for _, name := range f.NodeNames() {
 		if _, err := f.Cards(name); err != nil {
@@ -314,6 +350,11 @@ func (f *File) Cards(node string) ([]Card, error) {
 	}
 	if len(cards) == 0 {
 		return nil, fmt.Errorf("simulation file: node %q has no cards", node)
+	}
+	if t, ok := f.Topology[node]; ok {
+		if err := t.lay(node, entries, cards); err != nil {
+			return nil, err
+		}
 	}
 	return cards, nil
 }

@@ -343,4 +343,5 @@ func (d *device) setFuncs() {
 		return nvml.SUCCESS
 	}
 	d.setMIGFuncs()
+	d.setLinkFuncs()
 }
