@@ -51,6 +51,8 @@ type deviceTable struct {
 	inMIG []bool
 	// gpu is the GPU resource's name: the resource of cards and share slots.
 	gpu corev1.ResourceName
+	// links are the inventory's links between cards (positions in cards; links.go), fixed at start.
+	links []annotations.Link
 }
 
 // newDeviceTable builds the table. A card NVML could not describe (Fault set) starts unhealthy, and so
@@ -139,6 +141,7 @@ func (t *deviceTable) pluginDevices(topology bool) []*pluginapi.Device {
 func (t *deviceTable) inventory() annotations.Inventory {
 	inv := annotations.Inventory{V: annotations.Version, GPUs: make([]annotations.GPU, len(t.cards))}
 	copy(inv.GPUs, t.cards)
+	inv.Links = slices.Clone(t.links)
 	return inv
 }
 

@@ -84,8 +84,10 @@ type pluginOptions struct {
 	Names         annotations.ResourceNames
 	SchedulerName string
 	Cards         []nvidia.Card
-	Shares        int
-	Topology      bool
+	// Links are the links between Cards (nvidia.DiscoverLinks: positions in Cards).
+	Links    []annotations.Link
+	Shares   int
+	Topology bool
 	// DeviceList: see Plugin.deviceList; empty fields take DefaultDeviceListConfig's.
 	DeviceList DeviceListConfig
 	// Sharing: see Plugin.sharing; the zero value is mode none. An enforced mode starts not ready
@@ -124,6 +126,7 @@ func newPlugin(o pluginOptions) *Plugin {
 		p.sharingErr = errSharingUnchecked
 	}
 	p.table.addInstances(o.Cards, o.Names)
+	p.table.setLinks(o.Cards, o.Links)
 	p.metrics.setDevices(p.table)
 	return p
 }

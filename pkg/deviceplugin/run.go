@@ -230,8 +230,14 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
 	}
 
+	cardLinks, err := nvidia.DiscoverLinks(lib, cards)
+	if err != nil {
+		log.Error(err, "links between cards not discovered; the inventory carries none")
+	}
+	logLinks(log, cards, cardLinks)
+
 	m := newMetrics()
-	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Shares: cfg.Shares, Topology: cfg.Topology,
+	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
 		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, Log: log.WithName("plugin"), Metrics: m})
 	if cfg.Sharing.Mode == annotations.SharingHAMiCore {
 		if err := writePreload(cfg.Sharing.HAMiCorePreloadDir); err != nil {
