@@ -61,6 +61,19 @@ func FuzzDecodeInventory(f *testing.F) {
 	if s, err := EncodeInventory(sampleMIGInventory()); err == nil {
 		f.Add(s)
 	}
+	if s, err := EncodeInventory(sampleLinksInventory()); err == nil {
+		f.Add(s)
+	}
+	for _, s := range []string{
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-b","shares":1}],"links":[{"a":0,"b":1,"nvlinks":18,"nvswitch":true,"pcie":"system"}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-b","shares":1}],"links":[{"a":1,"b":0}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-b","shares":1}],"links":[{"a":0,"b":1},{"a":0,"b":1}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-b","shares":1}],"links":[{"a":0,"b":1,"nvswitch":true}]}`,
+		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-b","shares":1}],"links":[{"a":0,"b":1,"nvlinks":65,"pcie":"PCIe"}]}`,
+		`{"v":1,"gpus":[],"links":[{"a":0,"b":1}]}`, `{"v":1,"gpus":[],"links":null}`, `{"v":1,"gpus":[],"links":{}}`,
+	} {
+		f.Add(s)
+	}
 	for _, s := range []string{
 		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabled","instances":[{"uuid":"MIG-a","profile":"1g.10gb","gi":7,"ci":0,"start":0,"size":1,"memoryMiB":9728,"sms":14,"healthy":true}]}}]}`,
 		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"healthy":true,"mig":{"mode":"enabled"}}]}`,

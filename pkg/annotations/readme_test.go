@@ -139,6 +139,11 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 		t.Errorf("README mig field table (first column, in order) differs from MIG's and MIGInstance's JSON fields (-code +README):\n%s", diff)
 	}
 	delete(tables, migTableHeader)
+	const linksTableHeader = "| links field | value | meaning |"
+	if diff := cmp.Diff(jsonFields(reflect.TypeOf(Link{}), ""), tables[linksTableHeader]); diff != "" {
+		t.Errorf("README links field table (first column, in order) differs from Link's JSON fields (-code +README):\n%s", diff)
+	}
+	delete(tables, linksTableHeader)
 	const (
 		resourceTable = "| resource | flag | value | meaning |"
 		podTable      = "| key | value | rule |"
@@ -195,6 +200,19 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 			t.Errorf("README contract does not name MIG mode `%s`", mode)
 		}
 	}
+	levels := make([]string, len(PCIeLevels))
+	for i, l := range PCIeLevels {
+		levels[i] = "`" + l + "`"
+	}
+	if !strings.Contains(section, "| "+strings.Join(levels, ", ")+" (optional) |") {
+		t.Errorf("README links table does not give the PCIe levels %s in order", strings.Join(levels, ", "))
+	}
+	if !strings.Contains(section, "| 0–"+strconv.Itoa(MaxNVLinks)+" (optional") {
+		t.Errorf("README links table does not give 0–%d for nvlinks", MaxNVLinks)
+	}
+	if !strings.Contains(section, "`"+LinkNVLink+"`") {
+		t.Errorf("README contract does not name the link requirement `%s`", LinkNVLink)
+	}
 	if !strings.Contains(section, "at most "+strconv.Itoa(MaxMIGInstances)+" |") {
 		t.Errorf("README mig table does not give at most %d instances", MaxMIGInstances)
 	}
@@ -210,9 +228,27 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 func TestReadmeJSONExamples(t *testing.T) {
 	section := contractSection(t)
 	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section, -1)
-	if len(blocks) != 5 {
-		t.Fatalf("README contract has %d json blocks, want 5 (inventory, inventory with kubelet, inventory with MIG, assignment, allocation)", len(blocks))
+	if len(blocks) != 6 {
+		t.Fatalf("README contract has %d json blocks, want 6 (inventory, inventory with kubelet, inventory with MIG, inventory with links, assignment, allocation)", len(blocks))
 	}
+	lraw := blocks[3][1]
+	linv, err := DecodeInventory(lraw)
+	if err != nil {
+		t.Errorf("inventory with links example: %v", err)
+	}
+	wantLinv := sampleLinksInventory()
+	wantLinv.V = Version
+	if diff := cmp.Diff(wantLinv, linv); diff != "" {
+		t.Errorf("inventory with links example (-want +README):\n%s", diff)
+	}
+	lenc, err := EncodeInventory(sampleLinksInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.NewReplacer("\n", "", "  ", "").Replace(lraw); got != lenc {
+		t.Errorf("inventory with links example, without line breaks and indentation:\n%s\nwant (Encode):\n%s", got, lenc)
+	}
+	blocks = append(blocks[:3:3], blocks[4:]...) // the checks below take inventory, inventory with kubelet, inventory with MIG, assignment, allocation
 	mraw := blocks[2][1]
 	minv, err := DecodeInventory(mraw)
 	if err != nil {
