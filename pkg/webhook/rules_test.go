@@ -164,6 +164,15 @@ func TestValidateCreate(t *testing.T) {
 			`cardinal.io/node-policy: unknown policy "fastest" (known: binpack, spread, frag-aware)`,
 		}},
 	}, {
+		name: "a link requirement Cardinal does not know is refused, naming the annotation",
+		pod:  oneGPU(scheduler("cardinal-scheduler"), annotated("cardinal.io/gpu-link", "pcie")),
+		wantDenial: &Denial{Reason: ReasonInvalidSelector, Details: []string{
+			`cardinal.io/gpu-link: "pcie" is not a link requirement (known: nvlink)`,
+		}},
+	}, {
+		name: "an NVLink requirement is admitted",
+		pod:  oneGPU(scheduler("cardinal-scheduler"), annotated("cardinal.io/gpu-link", "NVLink")),
+	}, {
 		name: "percentages out of range",
 		pod:  newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "140", "nvidia.com/gpucores", "101"))),
 		wantDenial: &Denial{Reason: ReasonInvalidRequest, Details: []string{
