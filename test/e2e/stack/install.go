@@ -147,9 +147,9 @@ func (s *Stack) tokenKubeconfig(ctx context.Context, name, sa string, node *core
 }
 
 // writeSim writes the stack's simulation file: one entry per card with its UUID spelt out, so
-// SetHealth can change one card.
+// SetHealth can change one card, and the nodes' topologies.
 func (s *Stack) writeSim() error {
-	f := sim.File{Nodes: map[string][]sim.Entry{}}
+	f := sim.File{Nodes: map[string][]sim.Entry{}, Topology: s.topology}
 	for _, c := range s.cards {
 		numa := c.NUMA
 		healthy := c.Healthy

@@ -162,7 +162,8 @@ type Stack struct {
 	Names annotations.ResourceNames
 
 	root           string
-	cards          []Card // in node order, then index order
+	cards          []Card                  // in node order, then index order
+	topology       map[string]sim.Topology // the simulation file's topologies of the stack's nodes
 	nodeShare      map[string]int
 	webhookMetrics string
 	pluginMetrics  map[string]string // node -> the plugin's /metrics URL
@@ -201,6 +202,12 @@ func Start(t cluster.TB, o Options) *Stack {
 			s.cards = append(s.cards, Card{Node: n.Name, Card: c})
 		}
 		s.nodeShare[n.Name] = n.Shares
+		if top, ok := simFile.Topology[n.Name]; ok {
+			if s.topology == nil {
+				s.topology = map[string]sim.Topology{}
+			}
+			s.topology[n.Name] = top
+		}
 	}
 
 	s.Cluster = cluster.Start(t, cluster.Options{})
