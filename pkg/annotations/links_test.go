@@ -102,3 +102,25 @@ func TestGPULinkAnnotation(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGPULink: any value of cardinal.io/gpu-link is either a known requirement, which reads back
+// the same, or an error naming the annotation.
+func FuzzGPULink(f *testing.F) {
+	for _, s := range []string{"nvlink", " NVLINK ", "", "pcie", "nvlink,pcie", "nvswitch", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		s, err := ParseSelector(map[string]string{GPULink: v})
+		if err != nil {
+			checkKey(t, err, GPULink+": ")
+			return
+		}
+		if s.Link != "" && s.Link != LinkNVLink {
+			t.Fatalf("%q read as requirement %q", v, s.Link)
+		}
+		again, err := ParseSelector(map[string]string{GPULink: s.Link})
+		if err != nil || again.Link != s.Link {
+			t.Fatalf("%q read as %q, which reads back as %q (%v)", v, s.Link, again.Link, err)
+		}
+	})
+}
