@@ -153,9 +153,29 @@ func (s *Stack) writeSim() error {
 	for _, c := range s.cards {
 		numa := c.NUMA
 		healthy := c.Healthy
-		f.Nodes[c.Node] = append(f.Nodes[c.Node], sim.Entry{Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: &numa, UUID: c.UUID, Healthy: &healthy})
+		f.Nodes[c.Node] = append(f.Nodes[c.Node], sim.Entry{Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: &numa, UUID: c.UUID, Healthy: &healthy, MIG: migEntry(&c.Card)})
 	}
 	return writeSimFile(s.SimPath, &f)
+}
+
+// migEntry spells out a card's MIG mode and instances (UUIDs included) as the simulation file
+// writes them; nil for a card without MIG support.
+func migEntry(c *sim.Card) *sim.MIGEntry {
+	if c.MIG == nil {
+		return nil
+	}
+	state := func(on bool) sim.MIGState {
+		if on {
+			return sim.MIGEnabled
+		}
+		return sim.MIGDisabled
+	}
+	e := &sim.MIGEntry{Current: state(c.MIG.Current), Pending: state(c.MIG.Pending)}
+	for _, in := range c.Instances {
+		healthy := in.Healthy
+		e.Instances = append(e.Instances, sim.InstanceEntry{Profile: in.Profile, UUID: in.UUID, Healthy: &healthy, MemoryMiB: in.MemoryMiB, SMs: in.SMs})
+	}
+	return e
 }
 
 func writeSimFile(path string, f *sim.File) error {
