@@ -1,5 +1,5 @@
 // Command demo shows Cardinal working on a machine without GPUs: it starts a local Kubernetes (etcd,
-// kube-apiserver, kube-scheduler and three real kubelets with a fake container runtime), installs
+// kube-apiserver, kube-scheduler and four real kubelets with a fake container runtime), installs
 // Cardinal from its Helm chart with the device plugin on the simulated cards of
 // examples/simulated-gpus.yaml, submits the example pods of examples/ one by one, and prints where
 // each went: node, cards (model, UUID, NUMA node) as the kubelet's PodResources API reports them
@@ -48,7 +48,7 @@ import (
 // examplePods are the files of examples/ submitted, in this order, each after the previous one has
 // settled: by-uuid first, so that no other A100 pod can take the card it names.
 func examplePods() []string {
-	return []string{"by-uuid", "by-type", "nouse-type", "numa-bind", "shared", "multi-container", "numa-aligned", "impossible"}
+	return []string{"by-uuid", "by-type", "nouse-type", "numa-bind", "shared", "multi-container", "numa-aligned", "mig", "impossible"}
 }
 
 // topologyNode is the demo node whose kubelet runs a TopologyManager policy with the static CPU
@@ -69,8 +69,12 @@ func demoNodes() []stack.NodeSpec {
 			}
 		}
 	}
-	return nodes
+	return append(nodes, stack.NodeSpec{Name: migNode, Shares: 1})
 }
+
+// migNode is the demo node whose one A100 is in MIG mode (examples/mig.yaml lands there); the
+// end-to-end suite's default stack does not start it.
+const migNode = "node-d"
 
 // settleTimeout bounds the wait for one pod to be Running or reported unschedulable.
 const settleTimeout = 90 * time.Second
@@ -115,7 +119,7 @@ func main() {
 
 func demo(t *tb, root, bin string, keep bool) {
 	started := time.Now()
-	fmt.Println("Starting a local cluster: etcd, kube-apiserver, kube-scheduler, 3 kubelets with simulated GPUs;")
+	fmt.Println("Starting a local cluster: etcd, kube-apiserver, kube-scheduler, 4 kubelets with simulated GPUs;")
 	fmt.Printf("%s's kubelet sees 2 NUMA nodes x 8 CPUs and runs the TopologyManager policy single-numa-node\n", topologyNode)
 	fmt.Println("with the static CPU manager; installing Cardinal from charts/cardinal ...")
 	s := stack.Start(t, stack.Options{Root: root, Bin: bin, Nodes: demoNodes()})
@@ -249,6 +253,11 @@ func selector(p *corev1.Pod) string {
 				res = append(res, strings.TrimPrefix(string(n), "nvidia.com/")+"="+strconv.FormatInt(q.Value(), 10))
 			}
 		}
+		for n, q := range c.Resources.Limits {
+			if names.IsMIGResource(n) {
+				res = append(res, strings.TrimPrefix(string(n), "nvidia.com/")+"="+strconv.FormatInt(q.Value(), 10))
+			}
+		}
 		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && len(res) > 0 {
 			res = append(res, "cpu="+q.String()) // a limit: Guaranteed, exclusive CPUs under the static policy
 		}
@@ -296,6 +305,10 @@ func cardsOf(t *tb, s *stack.Stack, p *corev1.Pod) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	migs, err := s.MIGDevices(context.Background(), p.Spec.NodeName)
+	if err != nil {
+		return nil, err
+	}
 	cpus, err := exclusiveCPUs(t, s, p)
 	if err != nil {
 		return nil, err
@@ -308,11 +321,20 @@ func cardsOf(t *tb, s *stack.Stack, p *corev1.Pod) ([]string, error) {
 	}
 	var out []string
 	for _, c := range p.Spec.Containers {
-		ids := devs[stack.ContainerRef{Namespace: p.Namespace, Pod: p.Name, Container: c.Name}]
-		if len(ids) == 0 {
+		ref := stack.ContainerRef{Namespace: p.Namespace, Pod: p.Name, Container: c.Name}
+		ids := devs[ref]
+		var cards []string
+		for _, id := range migs[ref] {
+			d, ok := assignedDevice(assignment.Container(c.Name), id)
+			card, known := s.Card(d.Parent)
+			if !ok || !known {
+				return nil, fmt.Errorf("pod %s holds MIG device %s its assignment does not name", p.Name, id)
+			}
+			cards = append(cards, fmt.Sprintf("%s %s (%s on %s) NUMA %d", card.Model, shortUUID(id), d.Profile, shortUUID(d.Parent), card.NUMA))
+		}
+		if len(ids) == 0 && len(cards) == 0 {
 			continue
 		}
-		var cards []string
 		for _, id := range ids {
 			uuid, slot, err := annotations.ParseDeviceID(id)
 			if err != nil {
@@ -457,4 +479,16 @@ func printTable(w io.Writer, rows []row) {
 			fmt.Fprintf(w, "  %s\n", reason)
 		}
 	}
+}
+
+// assignedDevice is the device of the container's assignment with this ID.
+func assignedDevice(c *annotations.ContainerAssignment, id string) (annotations.DeviceAssignment, bool) {
+	if c != nil {
+		for _, d := range c.Devices {
+			if d.ID == id {
+				return d, true
+			}
+		}
+	}
+	return annotations.DeviceAssignment{}, false
 }

@@ -19,6 +19,14 @@ const (
 	ResourceGPUMemPercentage corev1.ResourceName = "nvidia.com/gpumem-percentage"
 	// ResourceGPUCores is the percentage (0-100) of each card's compute a container wants.
 	ResourceGPUCores corev1.ResourceName = "nvidia.com/gpucores"
+	// ResourceMIGRoute is the marker the webhook gives, at 0, to a container that asks for MIG
+	// instances: kube-scheduler calls an extender only for pods naming one of the extender's
+	// managedResources, which are exact names (no list made in advance holds every card's MIG
+	// profiles), and the chart lists this one, ignored by kube-scheduler's own fit. No node advertises
+	// it, so the kubelet drops it at admission and no device plugin is asked for it — unlike
+	// nvidia.com/gpu: 0, which the kubelet refuses on a node whose cards are all in MIG mode ("no
+	// healthy devices present").
+	ResourceMIGRoute corev1.ResourceName = "cardinal.io/mig"
 )
 
 // Pod annotations a user writes.

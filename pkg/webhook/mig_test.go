@@ -91,34 +91,39 @@ func TestDefaultMIG(t *testing.T) {
 		want *corev1.Pod // nil: unchanged
 	}{{
 		// kube-scheduler calls the extender only for pods naming one of its managedResources.
-		name: "a MIG pod goes to Cardinal, nvidia.com/gpu: 0 naming the extender's resource",
+		name: "a MIG pod goes to Cardinal, with cardinal.io/mig: 0 naming the extender's resource",
 		pod:  migPod("1g.10gb", "2"),
-		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "2", "nvidia.com/gpu", "0"))),
+		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "2", "cardinal.io/mig", "0"))),
 	}, {
 		name: "the count is added to requests too when the container lists requests",
 		pod: newPod(containers(corev1.Container{Name: "main", Resources: corev1.ResourceRequirements{
 			Limits: res("nvidia.com/mig-3g.40gb", "1"), Requests: res("nvidia.com/mig-3g.40gb", "1", "cpu", "1"),
 		}})),
 		want: newPod(scheduler("cardinal-scheduler"), containers(corev1.Container{Name: "main", Resources: corev1.ResourceRequirements{
-			Limits:   res("nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "0"),
-			Requests: res("nvidia.com/mig-3g.40gb", "1", "cpu", "1", "nvidia.com/gpu", "0"),
+			Limits:   res("nvidia.com/mig-3g.40gb", "1", "cardinal.io/mig", "0"),
+			Requests: res("nvidia.com/mig-3g.40gb", "1", "cpu", "1", "cardinal.io/mig", "0"),
 		}})),
 	}, {
 		name: "a MIG request in an init container only is enough",
 		pod:  newPod(initContainers(ctr("setup", "nvidia.com/mig-3g.40gb", "1")), containers(ctr("main"))),
-		want: newPod(scheduler("cardinal-scheduler"), initContainers(ctr("setup", "nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "0")), containers(ctr("main"))),
+		want: newPod(scheduler("cardinal-scheduler"), initContainers(ctr("setup", "nvidia.com/mig-3g.40gb", "1", "cardinal.io/mig", "0")), containers(ctr("main"))),
 	}, {
 		name: "a MIG pod naming another scheduler is left to it",
 		pod:  migPod("1g.10gb", "1", scheduler("volcano")),
 	}, {
 		name: "a card count already there is kept (validation refuses 1)",
 		pod:  newPod(containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "1"))),
-		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "1"))),
+		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "1", "cardinal.io/mig", "0"))),
+	}, {
+		// nvidia.com/gpu: 0 would be refused by the kubelet of a node whose cards are all in MIG mode.
+		name: "a MIG container never gets nvidia.com/gpu",
+		pod:  migPod("2g.20gb", "1"),
+		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-2g.20gb", "1", "cardinal.io/mig", "0"))),
 	}, {
 		// Not nvidia.com/gpu: 1, which would only make a second thing to refuse.
-		name: "a share beside MIG instances gets 0 cards, not one",
+		name: "a share beside MIG instances gets no card, only the marker",
 		pod:  newPod(containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpumem", "1024"))),
-		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpumem", "1024", "nvidia.com/gpu", "0"))),
+		want: newPod(scheduler("cardinal-scheduler"), containers(ctr("main", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpumem", "1024", "cardinal.io/mig", "0"))),
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,7 +160,7 @@ func TestValidateCreateMIG(t *testing.T) {
 		wantDenial   *Denial
 	}{{
 		name:  "instances of a known profile are admitted",
-		pod:   newPod(cardinal, containers(ctr("main", "nvidia.com/mig-1g.10gb", "7", "nvidia.com/gpu", "0"))),
+		pod:   newPod(cardinal, containers(ctr("main", "nvidia.com/mig-1g.10gb", "7", "cardinal.io/mig", "0"))),
 		cards: migCards(),
 	}, {
 		name:  "a profile with +me is admitted while Cardinal knows no card",
@@ -169,7 +174,7 @@ func TestValidateCreateMIG(t *testing.T) {
 		}},
 	}, {
 		name: "a share beside instances is refused once (Default added 0 cards)",
-		pod:  newPod(cardinal, containers(ctr("main", "nvidia.com/gpucores", "30", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "0"))),
+		pod:  newPod(cardinal, containers(ctr("main", "nvidia.com/gpucores", "30", "nvidia.com/mig-1g.10gb", "1", "cardinal.io/mig", "0"))),
 		wantDenial: &Denial{Reason: ReasonInvalidRequest, Details: []string{
 			`container "main": nvidia.com/mig-1g.10gb: ` + combined,
 		}},
@@ -196,13 +201,13 @@ func TestValidateCreateMIG(t *testing.T) {
 		}},
 	}, {
 		name: "a MIG pod with spec.nodeName is refused, naming what it asks for",
-		pod:  newPod(cardinal, nodeName("gpu-1"), containers(ctr("main", "nvidia.com/mig-3g.40gb", "1", "nvidia.com/gpu", "0"))),
+		pod:  newPod(cardinal, nodeName("gpu-1"), containers(ctr("main", "nvidia.com/mig-3g.40gb", "1", "cardinal.io/mig", "0"))),
 		wantDenial: &Denial{Reason: ReasonNodeName, Details: []string{
 			`spec.nodeName: "gpu-1" is set, which would bypass card selection: a pod requesting nvidia.com/mig-3g.40gb is placed by cardinal-scheduler, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (kubernetes.io/hostname: gpu-1) instead`,
 		}},
 	}, {
 		name: "a pod asking for cards and, in another container, instances names the cards",
-		pod:  newPod(cardinal, nodeName("gpu-1"), containers(ctr("serve", "nvidia.com/mig-1g.10gb", "1", "nvidia.com/gpu", "0"), ctr("train", "nvidia.com/gpu", "1"))),
+		pod:  newPod(cardinal, nodeName("gpu-1"), containers(ctr("serve", "nvidia.com/mig-1g.10gb", "1", "cardinal.io/mig", "0"), ctr("train", "nvidia.com/gpu", "1"))),
 		wantDenial: &Denial{Reason: ReasonNodeName, Details: []string{
 			`spec.nodeName: "gpu-1" is set, which would bypass card selection: a pod requesting nvidia.com/gpu is placed by cardinal-scheduler, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (kubernetes.io/hostname: gpu-1) instead`,
 		}},

@@ -111,9 +111,9 @@ func (r *Rules) placedByCardinal(pod *corev1.Pod) bool {
 // that asks for a share of a card (memory or cores) without a card count one card. It reports whether
 // it changed the pod, and a warning for each card count it added. Pods without GPU requests, pods
 // naming another scheduler and mirror pods are left alone. A container that asks for MIG instances
-// gets nvidia.com/gpu: 0 where it names no card count: kube-scheduler calls an extender only for pods
-// naming one of its managedResources, which are exact names (no MIG profile could be listed in
-// advance), and 0 cards asks for nothing more.
+// gets the marker annotations.ResourceMIGRoute: 0, so that kube-scheduler calls Cardinal's extender
+// for the pod (its managedResources are exact names; no list of MIG profiles made in advance would
+// hold every card's).
 func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
 		return false, nil
@@ -122,29 +122,31 @@ func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 		pod.Spec.SchedulerName = r.SchedulerName
 		changed = true
 	}
-	setCount := func(c *corev1.Container, n string) {
+	setCount := func(c *corev1.Container, name corev1.ResourceName, n string) {
 		q := resource.MustParse(n)
 		if c.Resources.Limits == nil {
 			c.Resources.Limits = corev1.ResourceList{}
 		}
-		c.Resources.Limits[r.Resources.GPU] = q
+		c.Resources.Limits[name] = q
 		if c.Resources.Requests != nil {
-			c.Resources.Requests[r.Resources.GPU] = q
+			c.Resources.Requests[name] = q
 		}
 		changed = true
 	}
 	add := func(c *corev1.Container) {
-		if hasResource(c, r.Resources.GPU) {
+		if r.hasMIG(c) {
+			if !hasResource(c, annotations.ResourceMIGRoute) {
+				setCount(c, annotations.ResourceMIGRoute, "0")
+			}
 			return
 		}
-		if r.hasMIG(c) {
-			setCount(c, "0")
+		if hasResource(c, r.Resources.GPU) {
 			return
 		}
 		if !hasResource(c, r.Resources.Mem) && !hasResource(c, r.Resources.MemPercentage) && !hasResource(c, r.Resources.Cores) {
 			return
 		}
-		setCount(c, "1")
+		setCount(c, r.Resources.GPU, "1")
 		warnings = append(warnings, fmt.Sprintf("container %q asks for a share of a card without %s: Cardinal added %s: 1 (one card)",
 			c.Name, r.Resources.GPU, r.Resources.GPU))
 	}

@@ -98,6 +98,9 @@ func managed(names annotations.ResourceNames) []configv1.ExtenderManagedResource
 		{Name: string(names.Mem), IgnoredByScheduler: true},  // nobody advertises the other three
 		{Name: string(names.MemPercentage), IgnoredByScheduler: true},
 		{Name: string(names.Cores), IgnoredByScheduler: true},
+		// The webhook's marker on containers asking for MIG instances, whose resources have names no
+		// list could hold in advance: without it kube-scheduler binds MIG pods without the extender.
+		{Name: string(annotations.ResourceMIGRoute), IgnoredByScheduler: true},
 	}
 }
 

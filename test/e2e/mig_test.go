@@ -119,6 +119,7 @@ func TestMIG(t *testing.T) {
 		{"whole cards only on cards out of MIG mode", testMIGWholeCards},
 		{"burst of 1g.10gb fills exactly the free instances", testMIGBurst},
 		{"profiles no node can serve stay Pending", testMIGImpossible},
+		{"an instance turning unhealthy serves nobody until it recovers", testMIGUnhealthy},
 	}
 	for _, sc := range scenarios {
 		if !t.Run(sc.name, func(t *testing.T) {
@@ -468,4 +469,38 @@ func (r *migReport) log(t *testing.T) {
 	}
 	_ = w.Flush()
 	t.Logf("MIG placements:\n%s", b.String())
+}
+
+// testMIGUnhealthy: an XID on the node's one 2g.20gb instance takes it out of the inventory's
+// healthy instances and the kubelet's allocatable; a 2g.20gb pod stays Pending with a reason naming
+// the profile until the instance recovers, then runs on it.
+func testMIGUnhealthy(t *testing.T, e *env, m *migNode, report *migReport) {
+	twos := m.byProfile("2g.20gb")
+	if len(twos) != 1 {
+		t.Fatalf("the MIG node has %d 2g.20gb instances, want 1", len(twos))
+	}
+	in := twos[0]
+	e.SetMIGHealth(t, nodeMIG, in.UUID, false)
+	recovered := false
+	t.Cleanup(func() {
+		if !recovered {
+			e.SetMIGHealth(t, nodeMIG, in.UUID, true)
+		}
+	})
+	p := pod("sick-2g", nil, migCtr("main", "2g.20gb", 1))
+	e.create(t, p)
+	msg := e.waitUnschedulable(t, p.Name)
+	report.addPending(p.Name, "1× 2g.20gb, its one instance unhealthy", msg)
+	if !strings.Contains(msg, "2g.20gb") {
+		t.Errorf("the reason does not name the profile 2g.20gb: %s", msg)
+	}
+	e.SetMIGHealth(t, nodeMIG, in.UUID, true)
+	recovered = true
+	e.waitRunning(t, p.Name)
+	hs := e.migTruth(t, m, p.Name)
+	e.noMIGDoubleBooking(t)
+	report.add(p, hs)
+	if got := hs["sick-2g/main"].Instances; len(got) != 1 || got[0].UUID != in.UUID {
+		t.Errorf("after recovery sick-2g holds %v, want %s", got, in.UUID)
+	}
 }

@@ -30,7 +30,7 @@ func TestExampleFileDescribesTheDemoNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"node-a", "node-b", "node-c"}, f.NodeNames()); diff != "" {
+	if diff := cmp.Diff([]string{"node-a", "node-b", "node-c", "node-d"}, f.NodeNames()); diff != "" {
 		t.Fatalf("nodes (-want +got):\n%s", diff)
 	}
 	type summary struct {
@@ -43,6 +43,7 @@ func TestExampleFileDescribesTheDemoNodes(t *testing.T) {
 		"node-a": {"NVIDIA A100-SXM4-80GB", 81920, 4, 4, 8, 0}, // cards 0-3 on NUMA 0, 4-7 on NUMA 1
 		"node-b": {"NVIDIA H100 80GB HBM3", 81559, 8, 0, 8, 0},
 		"node-c": {"Tesla T4", 15360, 4, 0, 3, 1}, // 3 + 1 unhealthy
+		"node-d": {"NVIDIA A100-SXM4-80GB", 81920, 1, 0, 1, 0},
 	}
 	for node, w := range want {
 		cards, err := f.Cards(node)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -153,9 +154,29 @@ func (s *Stack) writeSim() error {
 	for _, c := range s.cards {
 		numa := c.NUMA
 		healthy := c.Healthy
-		f.Nodes[c.Node] = append(f.Nodes[c.Node], sim.Entry{Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: &numa, UUID: c.UUID, Healthy: &healthy})
+		f.Nodes[c.Node] = append(f.Nodes[c.Node], sim.Entry{Model: c.Model, MemoryMiB: c.MemoryMiB, NUMA: &numa, UUID: c.UUID, Healthy: &healthy, MIG: migEntry(&c.Card)})
 	}
 	return writeSimFile(s.SimPath, &f)
+}
+
+// migEntry spells out a card's MIG mode and instances (UUIDs included) as the simulation file
+// writes them; nil for a card without MIG support.
+func migEntry(c *sim.Card) *sim.MIGEntry {
+	if c.MIG == nil {
+		return nil
+	}
+	state := func(on bool) sim.MIGState {
+		if on {
+			return sim.MIGEnabled
+		}
+		return sim.MIGDisabled
+	}
+	e := &sim.MIGEntry{Current: state(c.MIG.Current), Pending: state(c.MIG.Pending)}
+	for _, in := range c.Instances {
+		healthy := in.Healthy
+		e.Instances = append(e.Instances, sim.InstanceEntry{Profile: in.Profile, UUID: in.UUID, Healthy: &healthy, MemoryMiB: in.MemoryMiB, SMs: in.SMs})
+	}
+	return e
 }
 
 func writeSimFile(path string, f *sim.File) error {
@@ -211,9 +232,59 @@ func (s *Stack) setHealth(uuid string, healthy bool) error {
 				entries[i].Healthy = &healthy
 				return writeSimFile(s.SimPath, f)
 			}
+			if m := entries[i].MIG; m != nil {
+				for j := range m.Instances {
+					if m.Instances[j].UUID == uuid {
+						m.Instances[j].Healthy = &healthy
+						return writeSimFile(s.SimPath, f)
+					}
+				}
+			}
 		}
 	}
 	return errors.New("not in the simulation file")
+}
+
+// SetMIGHealth marks a MIG instance of node healthy or not in the simulation file (an XID on it,
+// as NVML would report) and waits until the node's inventory says so and its kubelet lists the
+// instance as allocatable exactly when it is healthy.
+func (s *Stack) SetMIGHealth(t cluster.TB, node, uuid string, healthy bool) {
+	t.Helper()
+	if err := s.setHealth(uuid, healthy); err != nil {
+		t.Fatalf("SetMIGHealth %s: %v", uuid, err)
+	}
+	Wait(t, readyTimeout, fmt.Sprintf("node %s advertising instance %s healthy=%v", node, uuid, healthy), func() (bool, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
+		inv, err := s.Inventory(ctx, node)
+		if err != nil {
+			return false, err.Error(), nil //nolint:nilerr // polling: not published yet
+		}
+		found := false
+		for i := range inv.GPUs {
+			if in := inv.GPUs[i].Instance(uuid); in != nil {
+				found = true
+				if in.Healthy != healthy {
+					return false, fmt.Sprintf("inventory has %s healthy=%v", uuid, in.Healthy), nil
+				}
+			}
+		}
+		if !found {
+			return false, "", fmt.Errorf("inventory of %s lists no instance %s", node, uuid)
+		}
+		alloc, err := s.MIGAllocatable(ctx, node)
+		if err != nil {
+			return false, err.Error(), nil //nolint:nilerr // polling
+		}
+		listed := false
+		for _, ids := range alloc {
+			listed = listed || slices.Contains(ids, uuid)
+		}
+		if listed != healthy {
+			return false, fmt.Sprintf("kubelet lists %s allocatable=%v", uuid, listed), nil
+		}
+		return true, "", nil
+	})
 }
 
 // waitWebhookKnowsCards waits until the webhook's node watcher has every card (its

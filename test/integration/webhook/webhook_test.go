@@ -328,11 +328,13 @@ func TestWebhookInRealAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// nvidia.com/gpu: 0 makes kube-scheduler call the extender, whose managedResources name no
-		// MIG resource.
-		limit, named := got.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]
-		if got.Spec.SchedulerName != "cardinal-scheduler" || !named || !limit.IsZero() {
-			t.Errorf("schedulerName = %q, nvidia.com/gpu %s (named %v); want cardinal-scheduler, 0", got.Spec.SchedulerName, limit.String(), named)
+		// cardinal.io/mig: 0 makes kube-scheduler call the extender, whose managedResources name no
+		// MIG resource; nvidia.com/gpu stays out (the kubelet refuses even 0 of it on a node whose
+		// cards are all in MIG mode).
+		limit, named := got.Spec.Containers[0].Resources.Limits["cardinal.io/mig"]
+		_, gpu := got.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]
+		if got.Spec.SchedulerName != "cardinal-scheduler" || !named || !limit.IsZero() || gpu {
+			t.Errorf("schedulerName = %q, cardinal.io/mig %s (named %v), nvidia.com/gpu named %v; want cardinal-scheduler, 0, not named", got.Spec.SchedulerName, limit.String(), named, gpu)
 		}
 		if n := b.calls(t) - before; n != 1 {
 			t.Errorf("webhook called %v times, want 1", n)

@@ -55,7 +55,7 @@ compares the rendering with the package's. Each piece mirrors the Go function na
 {{- $gpu := include "cardinal.webhook.celGPU" (dict "root" . "obj" "object") -}}
 {{- $env := include "cardinal.webhook.celDeviceEnv" (dict "root" . "obj" "object") -}}
 {{- $internal := include "cardinal.webhook.celChanged" (list "cardinal.io/gpu-inventory" "cardinal.io/gpu-assignment" "cardinal.io/gpu-allocated") -}}
-{{- $user := include "cardinal.webhook.celChanged" (list "nvidia.com/use-gputype" "nvidia.com/nouse-gputype" "nvidia.com/use-gpuuuid" "nvidia.com/nouse-gpuuuid" "nvidia.com/numa-bind" "cardinal.io/node-policy" "cardinal.io/gpu-policy") -}}
+{{- $user := include "cardinal.webhook.celChanged" (list "nvidia.com/use-gputype" "nvidia.com/nouse-gputype" "nvidia.com/use-gpuuuid" "nvidia.com/nouse-gpuuuid" "nvidia.com/numa-bind" "cardinal.io/node-policy" "cardinal.io/gpu-policy" "cardinal.io/gpu-link") -}}
 {{- printf "request.operation == 'CREATE' ? (%[1]s || %[2]s || %[3]s) : (%[4]s || ((%[1]s) && %[5]s) || (request.subResource == 'ephemeralcontainers' && %[3]s))" $gpu (include "cardinal.webhook.celCarries" "object") $env $internal $user -}}
 {{- end -}}
 
