@@ -316,15 +316,32 @@ func (p *Plan) Assignment(n *NodeState) annotations.Assignment {
 	return a
 }
 
-// Score rates a plan made by Fit on n by the pod's node policy: 0 to MaxScore.
+// Score rates a plan made by Fit on n by the pod's node policy: 0 to MaxScore. On a node that
+// publishes links, a plan with a container of two cards or more scores half by the policy and half
+// by how well those cards are linked (linkScore), so a multi-card pod goes where linked cards are
+// free.
 func (p *Pod) Score(n *NodeState, plan *Plan, mix *TaskMix) float64 {
-	return p.nodeScore(&NodeInput{Node: n, Plan: plan, Mix: mix})
+	return p.withLinks(n, plan, p.nodeScore(&NodeInput{Node: n, Plan: plan, Mix: mix}), nil)
 }
 
 // ScoreWith is Score using the buffers of s (no allocation).
 func (p *Pod) ScoreWith(n *NodeState, plan *Plan, mix *TaskMix, s *Scratch) float64 {
 	s.node = NodeInput{Node: n, Plan: plan, Mix: mix, frag: &s.f.frag}
-	return p.nodeScore(&s.node)
+	score := p.nodeScore(&s.node)
+	s.f.set = s.f.set[:0]
+	return p.withLinks(n, plan, score, s.f.set)
+}
+
+// withLinks blends the policy's score of a plan on n with the plan's link score (see Score).
+func (p *Pod) withLinks(n *NodeState, plan *Plan, score float64, buf []int) float64 {
+	if n.links == nil {
+		return score
+	}
+	q, ok := n.linkScore(plan, buf)
+	if !ok {
+		return score
+	}
+	return (1-linkWeight)*score + linkWeight*MaxScore*q
 }
 
 // Scratch holds the buffers of Fit calls so that deciding a pod on many nodes does not allocate.
@@ -405,6 +422,11 @@ type fit struct {
 	kids    []string
 	// frag keeps the frag-aware policy's work on the node for the card scores and ScoreWith.
 	frag fragKeep
+	// The link-aware choice's buffers (links.go): eligible candidates, a set, an enumeration's
+	// indexes, the container's cards so far, the greedy search's taken marks and classes.
+	elig, set, idx, fixed, bestSet []int
+	taken                          []bool
+	toSet                          []quality
 }
 
 type numaGroup struct {
@@ -804,6 +826,11 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 	if r != nil {
 		return nil, r
 	}
+	if f.pod.Selector.Link == annotations.LinkNVLink && c.Count > 1 {
+		if chosen, r = f.requireNVLink(c, mine, chosen, k); r != nil {
+			return nil, r
+		}
+	}
 	for _, i := range chosen {
 		card := &f.node.Cards[i]
 		mem, cores := c.MemoryOn(card.MemoryMiB), c.CoresOn()
@@ -843,12 +870,23 @@ func (f *fit) take(k, numa int, any bool) []int {
 // set, is the NUMA node to take when it qualifies.
 func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]int, *Reason) {
 	if c.Count <= 1 {
+		take := f.take
+		if f.node.links != nil {
+			take = func(_, numa int, any bool) []int { return f.takeOne(numa, any) }
+		}
 		if f.prefer >= 0 {
-			if got := f.take(k, f.prefer, false); len(got) == k {
+			if got := take(k, f.prefer, false); len(got) == k {
 				return got, nil
 			}
 		}
-		return f.take(k, 0, true), nil
+		return take(k, 0, true), nil
+	}
+	linked := f.node.links != nil
+	if linked {
+		f.fixed = f.fixed[:0]
+		for _, di := range mine {
+			f.fixed = append(f.fixed, f.plan.Devices[di].Card)
+		}
 	}
 	fixed, mixed, fixedN := 0, false, 0
 	for j, di := range mine {
@@ -881,6 +919,7 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 		g.n++
 	}
 	best, most, onFixed := -1, 0, 0
+	var bestQ quality
 	for gi, g := range f.groups {
 		most = max(most, g.n)
 		if fixedN > 0 && !mixed && g.numa == fixed {
@@ -893,11 +932,34 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 			best = gi
 			break
 		}
+		var q quality
+		if linked {
+			// The best-linked set first; the card strategy's choice among equally linked ones.
+			_, q = f.takeLinked(k, g.numa, false, f.fixed)
+			if best >= 0 && q != bestQ {
+				if q.better(bestQ) {
+					best, bestQ = gi, q
+					f.bestSet = append(f.bestSet[:0], f.picked...)
+				}
+				continue
+			}
+		}
 		if b := f.groups[max(best, 0)]; best < 0 || f.betterGroup(g.sum, g.n, g.numa, b.sum, b.n, b.numa) {
-			best = gi
+			best, bestQ = gi, q
+			if linked {
+				f.bestSet = append(f.bestSet[:0], f.picked...)
+			}
 		}
 	}
 	if best >= 0 {
+		if linked && f.prefer >= 0 && f.groups[best].numa == f.prefer {
+			got, _ := f.takeLinked(k, f.prefer, false, f.fixed)
+			return got, nil
+		}
+		if linked {
+			// The best group's set, as takeLinked found it.
+			return append(f.picked[:0], f.bestSet...), nil
+		}
 		return f.take(k, f.groups[best].numa, false), nil
 	}
 	if f.pod.Selector.NUMABind {
@@ -910,6 +972,10 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 			r.Have, r.NUMA = fixedN+onFixed, fixed
 		}
 		return nil, r
+	}
+	if linked {
+		got, _ := f.takeLinked(k, 0, true, f.fixed)
+		return got, nil
 	}
 	return f.take(k, 0, true), nil
 }
