@@ -132,6 +132,15 @@ func (n *NodeState) linkClass(i, j int) uint8 {
 	return m.class[m.pos[i]*m.n+m.pos[j]]
 }
 
+// SameLinks reports whether n and o have the same links between their cards (none included).
+func (n *NodeState) SameLinks(o *NodeState) bool {
+	a, b := n.links, o.links
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.n == b.n && slices.Equal(a.class, b.class)
+}
+
 // AppendLinksKey appends the node's links to a key of its state (see the extender's cache): two
 // nodes whose keys are equal get the same verdict and plan positions.
 func (n *NodeState) AppendLinksKey(b []byte) []byte {
