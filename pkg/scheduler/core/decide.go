@@ -317,11 +317,11 @@ func (p *Plan) Assignment(n *NodeState) annotations.Assignment {
 }
 
 // Score rates a plan made by Fit on n by the pod's node policy: 0 to MaxScore. On a node that
-// publishes links, a plan with a container of two cards or more scores half by the policy and half
-// by how well those cards are linked (linkScore), so a multi-card pod goes where linked cards are
-// free.
+// publishes links, the score loses up to linkPenalty as the plan uses them badly (linkScore): a
+// multi-card pod goes where well-linked cards are free, any pod where it breaks the fewest NVLink
+// pairs.
 func (p *Pod) Score(n *NodeState, plan *Plan, mix *TaskMix) float64 {
-	return p.withLinks(n, plan, p.nodeScore(&NodeInput{Node: n, Plan: plan, Mix: mix}), nil)
+	return withLinks(n, plan, p.nodeScore(&NodeInput{Node: n, Plan: plan, Mix: mix}), nil)
 }
 
 // ScoreWith is Score using the buffers of s (no allocation).
@@ -329,19 +329,15 @@ func (p *Pod) ScoreWith(n *NodeState, plan *Plan, mix *TaskMix, s *Scratch) floa
 	s.node = NodeInput{Node: n, Plan: plan, Mix: mix, frag: &s.f.frag}
 	score := p.nodeScore(&s.node)
 	s.f.set = s.f.set[:0]
-	return p.withLinks(n, plan, score, s.f.set)
+	return withLinks(n, plan, score, s.f.set)
 }
 
-// withLinks blends the policy's score of a plan on n with the plan's link score (see Score).
-func (p *Pod) withLinks(n *NodeState, plan *Plan, score float64, buf []int) float64 {
+// withLinks is the policy's score of a plan on n less its link penalty (see Score).
+func withLinks(n *NodeState, plan *Plan, score float64, buf []int) float64 {
 	if n.links == nil {
 		return score
 	}
-	q, ok := n.linkScore(plan, buf)
-	if !ok {
-		return score
-	}
-	return (1-linkWeight)*score + linkWeight*MaxScore*q
+	return max(score-linkPenalty*(1-n.linkScore(plan, buf)), 0)
 }
 
 // Scratch holds the buffers of Fit calls so that deciding a pod on many nodes does not allocate.

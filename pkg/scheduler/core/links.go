@@ -29,8 +29,10 @@ import (
 //     its free partners under one PCIe switch. So single-card pods fill broken NVLink pairs first.
 //   - the pod annotation cardinal.io/gpu-link: nvlink makes "every pair NVLink" a hard rule for
 //     each container of two cards or more (ReasonNVLink).
-//   - the node score (Pod.Score) blends in how well the plan's multi-card containers are linked
-//     (linkScore), so a 4-card pod goes where 4 linked cards are free.
+//   - the node score (Pod.Score) loses up to linkPenalty for a plan that uses the node's links
+//     badly (linkScore: its multi-card containers' link quality, and the NVLink pairs it breaks),
+//     so a 4-card pod goes where 4 linked cards are free, and a pod that needs no NVLink goes where
+//     it breaks none. A node that publishes no links loses nothing (nothing is known).
 //
 // A MIG instance has its parent card's links; two instances of one card are linked as well as
 // can be (classNVLink).
@@ -193,19 +195,20 @@ func (n *NodeState) setQuality(set []int) quality {
 	return q
 }
 
-// linkScore is, for a plan on n, how well its multi-card containers are linked, in [0, 1]: 1
-// when every pair is NVLink, 0 when a pair is unknown; the mean over such containers. ok is false
-// when the plan has no container of two cards or more (links do not matter).
-func (n *NodeState) linkScore(p *Plan, buf []int) (float64, bool) {
+// linkScore is, for a plan on n (which has links), how well it uses them, in [0, 1] (1: as well
+// as can be): the mean over the plan's containers of two cards or more of their link quality (1
+// when every pair is NVLink, down to 0 when the worst pair and the mean pair are unknown), less up
+// to breakWeight for the NVLink pairs the plan breaks: pairs between a card it takes that was free
+// and a free card it leaves, as a share of the most it could break there. So of two nodes that
+// give a 2-card pod NVLink, the one where it takes a bridged pair beats the NVSwitch node, which
+// stays whole for a larger pod; and a single card goes where it breaks no pair.
+func (n *NodeState) linkScore(p *Plan, buf []int) float64 {
 	sum, count := 0.0, 0
 	for _, c := range p.Containers {
 		if len(c.Devices) < 2 {
 			continue
 		}
 		count++
-		if n.links == nil {
-			continue
-		}
 		buf = buf[:0]
 		for _, di := range c.Devices {
 			buf = append(buf, p.Devices[di].Card)
@@ -215,15 +218,52 @@ func (n *NodeState) linkScore(p *Plan, buf []int) (float64, bool) {
 		mean := float64(q.sum) / float64(pairs)
 		sum += 1 - (float64(q.worst)+mean)/(2*float64(classWorst))
 	}
-	if count == 0 {
-		return 0, false
+	score := 1.0
+	if count > 0 {
+		score = sum / float64(count)
 	}
-	return sum / float64(count), true
+	// The cards the plan takes that were free, and the free cards it leaves.
+	taken, left, broken := 0, 0, 0
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		if c.Instance() || c.MIG != nil || !c.Healthy || c.Held > 0 {
+			continue
+		}
+		if !planHolds(p, i) {
+			left++
+			continue
+		}
+		taken++
+		for j := range n.Cards {
+			o := &n.Cards[j]
+			if j != i && !o.Instance() && o.MIG == nil && o.Healthy && o.Held == 0 && !planHolds(p, j) && n.linkClass(i, j) == classNVLink {
+				broken++
+			}
+		}
+	}
+	if taken > 0 && left > 0 {
+		score -= breakWeight * float64(broken) / float64(taken*left)
+	}
+	return max(score, 0)
 }
 
-// linkWeight is the share of the node score that linkScore takes for pods with multi-card
-// containers.
-const linkWeight = 0.5
+// planHolds reports whether plan p holds a device of card i.
+func planHolds(p *Plan, i int) bool {
+	for _, d := range p.Devices {
+		if d.Card == i {
+			return true
+		}
+	}
+	return false
+}
+
+// linkPenalty is how much of the node score (of MaxScore) a plan loses when it uses the node's
+// links as badly as can be (linkScore 0); breakWeight is the share of linkScore that breaking
+// NVLink pairs can take.
+const (
+	linkPenalty = 0.5 * MaxScore
+	breakWeight = 0.1
+)
 
 // breakage is how many well-linked sets using card i (free for this pod) breaks: 0 for a card
 // already in use; else its free NVLink partners, weighted above its free partners under one PCIe

@@ -230,14 +230,37 @@ func TestLinksNodeScore(t *testing.T) {
 	if a, b := score(whole2), score(broken); a <= b {
 		t.Errorf("node with a free pair scores %v, node with broken pairs %v: want the first higher", a, b)
 	}
-	// A single-card pod's score is the policy's alone.
+	// A single card goes where it breaks no NVLink pair: a broken pair's free card (node b)
+	// rather than one of a whole pair (node a), both nodes equally full.
 	one := prepare(t, annotations.Selector{}, whole("m", 1))
-	plain := holdCards(pairsNode(), 1, 3, 5, 7)
-	plain.links = nil
-	pa, _ := one.Fit(broken, nil)
-	pb, _ := one.Fit(plain, nil)
-	if a, b := one.Score(broken, pa, nil), one.Score(plain, pb, nil); a != b {
-		t.Errorf("single card: linked %v, without links %v", a, b)
+	a, b := holdCards(pairsNode(), 0, 1, 2, 3), holdCards(pairsNode(), 0, 2, 4, 6)
+	pa, _ := one.Fit(a, nil)
+	pb, _ := one.Fit(b, nil)
+	if sa, sb := one.Score(a, pa, nil), one.Score(b, pb, nil); sb <= sa {
+		t.Errorf("single card: %v on a node where it breaks a pair (cards %v), %v where it breaks none (cards %v): want the second higher",
+			sa, planCards(pa), sb, planCards(pb))
+	}
+	// Empty nodes: a 2-card pod takes a bridged pair and leaves the NVSwitch node whole; a 4-card
+	// pod goes to the NVSwitch node, where its 4 cards are all NVLink.
+	for _, tc := range []struct {
+		count    int
+		nvswitch bool
+		what     string
+	}{{2, false, "a bridged pair"}, {4, true, "the NVSwitch node"}} {
+		p := prepare(t, annotations.Selector{}, whole("m", tc.count))
+		sw, pairs := nvswitchNode(), pairsNode()
+		ps, _ := p.Fit(sw, nil)
+		pp, _ := p.Fit(pairs, nil)
+		ss, sp := p.Score(sw, ps, nil), p.Score(pairs, pp, nil)
+		if (ss > sp) != tc.nvswitch || ss == sp {
+			t.Errorf("%d cards: NVSwitch node %v, NVLink-pairs node %v: want %s", tc.count, ss, sp, tc.what)
+		}
+	}
+	// Nodes that publish no links score as before.
+	plain := holdCards(nodeOf(invOf(pairsNode())...), 1, 3)
+	pp, _ := one.Fit(plain, nil)
+	if got, want := one.Score(plain, pp, nil), binpackNode(&NodeInput{Node: plain, Plan: pp}); got != want {
+		t.Errorf("without links: score %v, the policy's %v", got, want)
 	}
 }
 
