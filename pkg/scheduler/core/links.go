@@ -14,15 +14,16 @@ import (
 // health, room, numa-bind, the kubelet model) decides which cards a container may have; links
 // only choose among them:
 //
-//   - a container of k >= 2 cards gets the best-linked set of k among its candidates (setQuality:
-//     all pairs NVLink first, then the worst pair's class, then the sum of the pairs' classes),
-//     ties going to the card strategy's ranking. On a node whose NUMA nodes could each hold the
+//   - a container of k >= 2 cards gets the best-linked set of k among its candidates (quality: the
+//     worst pair's class first, so all pairs NVLink wins, then the sum of the pairs' classes, then
+//     the most NVLink pairs), ties going to the card strategy's ranking. On a node whose NUMA nodes could each hold the
 //     container, the NUMA node with the best-linked set wins before the card strategy's choice.
 //     Sets are enumerated when there are few (at most maxEnumerated); otherwise a greedy search
-//     grows a set from each of the best-ranked candidates (at most greedySeeds of them), adding
-//     the card whose worst and summed class to the set so far are lowest. The greedy search finds
-//     an all-NVLink set whenever NVLink joins cards in cliques (NVSwitch domains, bridged pairs or
-//     quads), the shapes real nodes have.
+//     grows a set from each of a few seeds (at most greedySeeds, fewer on large nodes: see greedy),
+//     adding the card best linked to the set so far. Up to maxDegreeScan
+//     candidates, the greedy search finds an all-NVLink set whenever NVLink joins cards in cliques
+//     (NVSwitch domains, bridged pairs or quads), the shapes real nodes have; beyond, it may miss
+//     one (the seeds are then the best-ranked candidates).
 //   - a container of one card (whole or shared) takes, among the cards its strategy scores
 //     equally best, the one whose use breaks the fewest well-linked sets (breakage): a card
 //     already in use breaks nothing; a free card breaks its free NVLink partners' pairs, then
@@ -52,7 +53,7 @@ const (
 // classWorst is the worst class (unknown).
 const classWorst = classUnknown
 
-// maxEnumerated bounds the number of sets bestSet enumerates; above it, it searches greedily.
+// maxEnumerated bounds the number of sets takeLinked enumerates; above it, it searches greedily.
 const maxEnumerated = 1024
 
 // greedySeeds bounds the candidates the greedy search starts from; maxDegreeScan bounds the
@@ -405,7 +406,7 @@ func (f *fit) greedy(k int, fixed []int) {
 	}
 	f.idx = f.idx[:0]
 	if len(fixed) == 0 && m <= maxDegreeScan {
-		for pass := range 2 {
+		for pass := 0; pass < 2 && len(f.idx) < seeds; pass++ {
 			for x, i := range f.elig {
 				deg := 0
 				for _, j := range f.elig {
@@ -552,8 +553,7 @@ func (n *NodeState) nvlinkGroups(cands []int) (string, int) {
 	for i := range comp {
 		comp[i] = i
 	}
-	var find func(int) int
-	find = func(x int) int {
+	find := func(x int) int {
 		for comp[x] != x {
 			comp[x] = comp[comp[x]]
 			x = comp[x]
