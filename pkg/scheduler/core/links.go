@@ -516,7 +516,8 @@ func (f *fit) checkNVLink(c *annotations.ContainerRequest, mine []int) *Reason {
 }
 
 // nvlinkReason is ReasonNVLink for container c, the free cards it could have being cands: Have is
-// the largest NVLink group among them, Of the largest among the node's cards it may use.
+// the largest NVLink group among them, Of the largest among the node's cards its selector accepts
+// (healthy or not).
 func (f *fit) nvlinkReason(c *annotations.ContainerRequest, cands []int) *Reason {
 	r := &Reason{Kind: ReasonNVLink, Need: c.Count}
 	n := f.node
@@ -530,7 +531,8 @@ func (f *fit) nvlinkReason(c *annotations.ContainerRequest, cands []int) *Reason
 	}
 	var all []int
 	for i := range n.Cards {
-		if f.ok[i] && n.Cards[i].Serves(c) {
+		// Healthy or not: a card that recovers may complete a group.
+		if card := &n.Cards[i]; card.Serves(c) && f.pod.Accepts(card) {
 			all = append(all, i)
 		}
 	}

@@ -64,6 +64,19 @@ func linkedPair(kubelet *annotations.KubeletTopology) *NodeState {
 	}, kubelet)
 }
 
+// quadWithSick: 8 cards on NUMA 0, cards 0-3 NVLink-connected (the rest PCIe), card 0 unhealthy.
+func quadWithSick() *NodeState {
+	n := linkedNode(8, func(int) int { return 0 }, func(a, b int) annotations.Link {
+		l := annotations.Link{PCIe: annotations.PCIeHostBridge}
+		if a < 4 && b < 4 {
+			l.NVLinks = 4
+		}
+		return l
+	}, nil)
+	n.Cards[0].Healthy = false
+	return n
+}
+
 // holdCards holds the cards at these positions whole.
 func holdCards(n *NodeState, cards ...int) *NodeState {
 	for _, i := range cards {
@@ -176,6 +189,9 @@ func TestLinksRequireNVLink(t *testing.T) {
 		{name: "numa-bind stays hard", node: holdCards(linkedPair(nil), 0, 1, 5, 6), count: 2,
 			sel:    annotations.Selector{Link: annotations.LinkNVLink, NUMABind: true},
 			reason: "needs 2 NVLink-connected cards; its 4 cards free form NVLink groups of 2, 1 and 1"},
+		// Cards 0-3 NVLink-connected, card 0 unhealthy: it may recover, so the node may yet serve.
+		{name: "an unhealthy card may complete a group", node: quadWithSick(), sel: nvlink, count: 4,
+			reason: "needs 4 NVLink-connected cards; its 7 cards free form NVLink groups of 3, 1, 1, 1 and 1 more"},
 		{name: "without the requirement one NUMA node first", node: holdCards(linkedPair(nil), 0, 1, 5, 6), count: 2, want: []int{2, 3}},
 		{name: "the kubelet's single-numa-node policy stays hard", count: 2, sel: nvlink,
 			node: holdCards(linkedPair(&annotations.KubeletTopology{TopologyManagerPolicy: annotations.TopologyPolicySingleNUMANode,

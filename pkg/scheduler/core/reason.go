@@ -75,7 +75,8 @@ const (
 	// ReasonNVLink: the pod requires NVLink (cardinal.io/gpu-link: nvlink) and no set of the
 	// container's Need cards the node can give it now is pairwise NVLink-connected. Detail says what
 	// the node has (no published links, no NVLink, or its free cards' NVLink groups); Have is the
-	// largest NVLink group of free cards, Of the largest of all the cards the container may use.
+	// largest NVLink group of free cards, Of the largest of all the cards its selector accepts
+	// (unresolvable when smaller than Need).
 	ReasonNVLink
 )
 
