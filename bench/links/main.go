@@ -15,6 +15,8 @@ import (
 	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
 func main() {
@@ -27,6 +29,7 @@ func main() {
 	fs.IntVar(&o.pods, "pods", 4000, "pods arriving per run")
 	fs.IntVar(&o.seeds, "seeds", 5, "runs per cluster and policy, seeds 1..N (figures are sums over them)")
 	fs.IntVar(&o.duration, "duration", 40, "a pod's mean lifetime, in arrivals (lifetimes are uniform in 1..2N)")
+	policy := fs.String("policy", string(annotations.PolicyBinpack), "node and card policy of every placement: binpack, spread or frag-aware")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return
@@ -37,6 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "links: --nodes, --pods, --seeds and --duration must be positive")
 		os.Exit(2)
 	}
+	o.policy = annotations.Policy(*policy)
 	if err := table(os.Stdout, o); err != nil {
 		fmt.Fprintln(os.Stderr, "links:", err)
 		os.Exit(1)

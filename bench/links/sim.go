@@ -68,11 +68,12 @@ type policy int
 
 const (
 	// cardinal: the node and the cards chosen with links (the extender's decision core on nodes
-	// that publish them).
+	// that publish them; binpack node and card policies unless config.policy says otherwise).
 	cardinal policy = iota
-	// binpack: the same core (binpack node and card policies) on nodes that publish no links.
+	// binpack: the same core and policies on nodes that publish no links (card binpack with the
+	// default policy).
 	binpack
-	// kubeletTime: the node chosen without links (binpack), then the cards picked on it at kubelet
+	// kubeletTime: the node chosen without links (as binpack), then the cards picked on it at kubelet
 	// time as NVIDIA's device plugin does: a multi-card container gets the best-linked set of the
 	// node's free cards, a single card the first free one.
 	kubeletTime
@@ -80,8 +81,12 @@ const (
 
 var policies = []policy{cardinal, binpack, kubeletTime}
 
-func (p policy) String() string {
-	return [...]string{"cardinal (links)", "card binpack", "kubelet-time picking"}[p]
+// name is the policy's name in the table, the node and card policy being pol.
+func (p policy) name(pol annotations.Policy) string {
+	if pol == "" {
+		pol = annotations.PolicyBinpack
+	}
+	return [...]string{"cardinal (links)", "card " + string(pol) + " without links", "kubelet-time picking"}[p]
 }
 
 // config is one run: the cluster (nodes per topology, in order), the workload and its seed.
@@ -91,6 +96,8 @@ type config struct {
 	seed    uint64
 	// duration is the mean lifetime of a pod, in arrivals.
 	duration int
+	// policy is the node and card policy of every placement ("": binpack).
+	policy annotations.Policy
 }
 
 // result counts what a run placed.
@@ -136,7 +143,11 @@ var sizes = []struct{ cards, weight int }{{1, 50}, {2, 25}, {4, 15}, {8, 10}}
 // run replays the workload under policy p: pods arrive one at a time, each living a random time
 // (uniform in 1..2×duration arrivals); a pod that fits nowhere when it arrives is dropped.
 func run(c config, p policy) (result, error) {
-	d, err := core.New(core.Options{NodePolicy: annotations.PolicyBinpack, GPUPolicy: annotations.PolicyBinpack})
+	pol := c.policy
+	if pol == "" {
+		pol = annotations.PolicyBinpack
+	}
+	d, err := core.New(core.Options{NodePolicy: pol, GPUPolicy: pol})
 	if err != nil {
 		return result{}, err
 	}
@@ -161,6 +172,8 @@ func run(c config, p policy) (result, error) {
 	res := result{bySize: map[int][2]int{}}
 	var live []running
 	var s core.Scratch
+	// The mix of requests seen so far, as the extender's cache counts it (frag-aware reads it).
+	mix := &core.TaskMix{}
 	for t := range c.pods {
 		live = slices.DeleteFunc(live, func(r running) bool {
 			if r.end > t {
@@ -183,6 +196,7 @@ func run(c config, p policy) (result, error) {
 		life := 1 + rng.IntN(2*c.duration)
 		res.pods++
 		pod := pods[cards]
+		mix.AddPod(&pod.Request, &pod.Selector)
 		// Choose the node: by the states the policy sees.
 		best, bestScore := -1, core.Candidate{}
 		for i := range nodes {
@@ -190,11 +204,11 @@ func run(c config, p policy) (result, error) {
 			if p == cardinal {
 				state = nodes[i].linked
 			}
-			plan, r := pod.FitWith(state, nil, &s)
+			plan, r := pod.FitWith(state, mix, &s)
 			if r != nil {
 				continue
 			}
-			cand := core.Candidate{Name: nodes[i].name, Score: pod.ScoreWith(state, plan, nil, &s)}
+			cand := core.Candidate{Name: nodes[i].name, Score: pod.ScoreWith(state, plan, mix, &s)}
 			if best < 0 || cand.Better(bestScore) {
 				best, bestScore = i, cand
 			}
@@ -208,7 +222,7 @@ func run(c config, p policy) (result, error) {
 		if p == cardinal || (p == kubeletTime && cards > 1) {
 			state = n.linked
 		}
-		plan, r := pod.FitWith(state, nil, &s)
+		plan, r := pod.FitWith(state, mix, &s)
 		if r != nil {
 			return result{}, fmt.Errorf("pod %d fits node %s by score but not when placed: %s", t, n.name, r)
 		}
@@ -277,6 +291,7 @@ func cluster(n int, names ...string) []topology {
 // options are the table's sizes.
 type options struct {
 	nodes, pods, seeds, duration int
+	policy                       annotations.Policy
 }
 
 // table runs every cluster under every policy over the seeds 1..o.seeds and writes the Markdown
@@ -299,13 +314,13 @@ func table(w io.Writer, o options) error {
 		for _, p := range policies {
 			var sum result
 			for seed := 1; seed <= o.seeds; seed++ {
-				r, err := run(config{cluster: cl.nodes, pods: o.pods, seed: uint64(seed), duration: o.duration}, p)
+				r, err := run(config{cluster: cl.nodes, pods: o.pods, seed: uint64(seed), duration: o.duration, policy: o.policy}, p)
 				if err != nil {
-					return fmt.Errorf("%s, %s, seed %d: %w", cl.name, p, seed, err)
+					return fmt.Errorf("%s, %s, seed %d: %w", cl.name, p.name(o.policy), seed, err)
 				}
 				sum.add(r)
 			}
-			fmt.Fprintf(&b, "| %s (%d nodes) | %s | %d of %d (%.1f %%) | %d | %.1f %% |", cl.name, len(cl.nodes), p,
+			fmt.Fprintf(&b, "| %s (%d nodes) | %s | %d of %d (%.1f %%) | %d | %.1f %% |", cl.name, len(cl.nodes), p.name(o.policy),
 				sum.placed, sum.pods, percent(sum.placed, sum.pods), sum.multi, percent(sum.nvlink, sum.multi))
 			for _, k := range []int{2, 4, 8} {
 				fmt.Fprintf(&b, " %.1f %% |", percent(sum.bySize[k][1], sum.bySize[k][0]))

@@ -52,7 +52,7 @@ func TestCardinalLinksMultiCardPods(t *testing.T) {
 				t.Fatal(err)
 			}
 			if r.nvlink != r.multi {
-				t.Errorf("seed %d, %s on NVSwitch nodes: %d of %d multi-card pods all-NVLink", seed, p, r.nvlink, r.multi)
+				t.Errorf("seed %d, %s on NVSwitch nodes: %d of %d multi-card pods all-NVLink", seed, p.name(""), r.nvlink, r.multi)
 			}
 		}
 	}
