@@ -303,3 +303,34 @@ func TestLinksLargeNode(t *testing.T) {
 		t.Errorf("cards %v, want 124-125", got)
 	}
 }
+
+// A MIG instance has its parent's links: a container of two instances on two parents is
+// NVLink-connected when the parents are; two instances of one card count as linked.
+func TestLinksMIGInstancesInheritTheirParents(t *testing.T) {
+	node := func(nvlink bool) *NodeState {
+		a := migParent("GPU-a", 0, "MIG-a-0", "3g.40gb", "MIG-a-1", "3g.40gb")
+		b := migParent("GPU-b", 0, "MIG-b-0", "3g.40gb", "MIG-b-1", "3g.40gb")
+		a.Index, b.Index = 0, 1
+		l := annotations.Link{A: 0, B: 1, PCIe: annotations.PCIeSystem}
+		if nvlink {
+			l.NVLinks = 12
+		}
+		return NewNodeState("n1", annotations.Inventory{V: 1, GPUs: []annotations.GPU{a, b}, Links: []annotations.Link{l}})
+	}
+	p := prepare(t, annotations.Selector{Link: annotations.LinkNVLink}, migC("m", "3g.40gb", 2))
+	// Each parent has one instance free: the container spans the parents.
+	for _, nvlink := range []bool{true, false} {
+		n := migHeld(node(nvlink), "MIG-a-0", "MIG-b-0")
+		plan, r := p.Fit(n, nil)
+		if nvlink && r != nil {
+			t.Errorf("parents NVLink-connected: refused: %s", r)
+		}
+		if !nvlink && (r == nil || r.Kind != ReasonNVLink) {
+			t.Errorf("parents not NVLink-connected: plan %v, reason %v; want ReasonNVLink", plan, r)
+		}
+	}
+	// Both instances of one parent free: they are one card's, linked.
+	if _, r := p.Fit(migHeld(node(false), "MIG-b-0"), nil); r != nil {
+		t.Errorf("two instances of one card: refused: %s", r)
+	}
+}
