@@ -792,7 +792,8 @@ func (f *fit) fits(c *annotations.ContainerRequest, i int) bool {
 }
 
 // pickNew adds the devices container c still needs beyond those in mine (reused ones), choosing
-// cards by the card strategy within the best NUMA node.
+// cards by the card strategy within the best NUMA node, and by links on a node that publishes them
+// (links.go; cardinal.io/gpu-link: nvlink checked here).
 func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) ([]int, *Reason) {
 	k := c.Count - len(mine)
 	if k == 0 {
@@ -863,7 +864,9 @@ func (f *fit) take(k, numa int, any bool) []int {
 // chooseNUMA picks k cards from the ranked candidates (f.order indexes f.cand). A container of more
 // than one card gets them on one NUMA node when some NUMA node has enough (required with
 // numa-bind, preferred otherwise); cards it already has (reused) fix that NUMA node. f.prefer, when
-// set, is the NUMA node to take when it qualifies.
+// set, is the NUMA node to take when it qualifies. On a node with links, the NUMA node whose
+// best-linked set is best wins first, and the cards are that set (takeLinked); a single card is the
+// one of the best-ranked that breaks the fewest linked sets (takeOne).
 func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]int, *Reason) {
 	if c.Count <= 1 {
 		take := f.take
