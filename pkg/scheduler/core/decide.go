@@ -420,9 +420,9 @@ type fit struct {
 	frag fragKeep
 	// The link-aware choice's buffers (links.go): eligible candidates, a set, an enumeration's
 	// indexes, the container's cards so far, the greedy search's taken marks and classes.
-	elig, set, idx, fixed, bestSet []int
-	taken                          []bool
-	toSet                          []quality
+	elig, set, idx, fixed, bestSet, deg []int
+	taken                               []bool
+	toSet                               []quality
 }
 
 type numaGroup struct {

@@ -397,7 +397,7 @@ func (f *fit) enumerate(k int) {
 // (ties: the ranking), and keeps the best set found. Each candidate's classes to the set are kept
 // as the set grows: O(seeds × k × candidates). Seeds are the candidates with at least k−1 NVLink
 // partners among the candidates first (those that can be in an all-NVLink set), then the rest, in
-// the ranking's order; counting partners costs candidates², done only up to maxDegreeScan of them.
+// the ranking's order; counting partners costs candidates²/2, done only up to maxDegreeScan of them.
 func (f *fit) greedy(k int, fixed []int) {
 	m := len(f.elig)
 	seeds := min(m, greedySeeds, max(greedyBudget/(k*m), 1))
@@ -406,19 +406,22 @@ func (f *fit) greedy(k int, fixed []int) {
 	}
 	f.idx = f.idx[:0]
 	if len(fixed) == 0 && m <= maxDegreeScan {
+		f.deg = resize(f.deg, m)
+		for x, i := range f.elig {
+			for y := x + 1; y < m; y++ {
+				if f.node.linkClass(i, f.elig[y]) == classNVLink {
+					f.deg[x]++
+					f.deg[y]++
+				}
+			}
+		}
 		for pass := 0; pass < 2 && len(f.idx) < seeds; pass++ {
-			for x, i := range f.elig {
-				deg := 0
-				for _, j := range f.elig {
-					if j != i && f.node.linkClass(i, j) == classNVLink {
-						deg++
-					}
-				}
-				if (deg >= k-1) == (pass == 0) {
+			for x := range f.elig {
+				if (f.deg[x] >= k-1) == (pass == 0) {
 					f.idx = append(f.idx, x)
-				}
-				if len(f.idx) == seeds {
-					break
+					if len(f.idx) == seeds {
+						break
+					}
 				}
 			}
 		}
