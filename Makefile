@@ -71,9 +71,12 @@ BENCH_SIZE      ?= small
 BENCH_S6_WINDOW ?=
 BENCH_ONLY      ?=
 
-.PHONY: bench replay
+.PHONY: bench replay links
 replay: ## Replay the Alibaba GPU trace through the decision core (REPLAY_FLAGS, e.g. --policies binpack,frag-aware --format markdown).
 	$(GO) run ./bench/replay $(REPLAY_FLAGS)
+
+links: ## Print S9's table: multi-card pods given all-NVLink cards, Cardinal vs card binpack vs kubelet-time picking (LINKS_FLAGS, e.g. --seeds 10).
+	$(GO) run ./bench/links $(LINKS_FLAGS)
 
 bench: testbed-bins ## Run the speed benchmarks S1-S6 and write bench/results/latest.md (BENCH_SIZE=tiny|small|full, BENCH_ONLY=S2,S3, BENCH_S6_WINDOW=5m).
 	$(GO) run ./bench --size $(BENCH_SIZE) --out bench/results/latest.md --raw bench/results/latest-raw.txt \

@@ -131,11 +131,14 @@ type Cache struct {
 	// hosts are the pods, GPU or not, that hold CPU or memory on a node (hostRecord).
 	hosts map[types.UID]hostRecord
 	gen   uint64
-	// seed and keyBuf serve node keys (bump); written under mu.
-	seed   maphash.Seed
-	keyBuf []byte
-	models map[string]uint64
-	clock  clock.PassiveClock
+	// seed and keyBuf serve node keys (bump); written under mu. models and links intern the cards'
+	// models and the nodes' links (core.NodeState.AppendLinksKey, linkBuf) in keys.
+	seed    maphash.Seed
+	keyBuf  []byte
+	models  map[string]uint64
+	links   map[string]uint64
+	linkBuf []byte
+	clock   clock.PassiveClock
 	// done is closed (and replaced) whenever a container stops being in flight; see InFlightDone.
 	done chan struct{}
 	// affinity holds the pod affinity terms of pods that kube-scheduler's InterPodAffinity scores
@@ -154,6 +157,7 @@ type Cache struct {
 func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
 	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
 		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{},
+		links: map[string]uint64{},
 		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife},
 		affinity: map[types.UID][]affinityTerm{}, cpuPods: map[types.UID]*cpuHolder{}}
 }
@@ -229,7 +233,7 @@ func sameCards(a, b *core.NodeState) bool {
 			return false
 		}
 	}
-	return a.SameKubelet(b) && sameSharing(a.Sharing, b.Sharing)
+	return a.SameKubelet(b) && sameSharing(a.Sharing, b.Sharing) && a.SameLinks(b)
 }
 
 func sameSharing(a, b *annotations.Sharing) bool {
@@ -275,7 +279,8 @@ func (c *Cache) bump(n *nodeEntry) {
 // instance's parent appears by its position): two nodes with equal keys get the same verdict and
 // score from Fit and Score for any pod whose selector has no UUID rule (their plans differ only in
 // the UUIDs they name), unless the reason names devices of its node (Reason.NodeSpecific: an
-// unhealthy card, MIG instances). Models are interned so keys stay short.
+// unhealthy card, MIG instances). Links between cards are by position, so they are part of the key.
+// Models and links are interned so keys stay short.
 func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s.Cards)))
 	for i := range s.Cards {
@@ -308,6 +313,13 @@ func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 	}
 	mode, ready := s.Sharing.ModeOrNone(), s.Sharing != nil && s.Sharing.Ready
 	b = append(append(binary.AppendUvarint(b, uint64(len(mode))), mode...), boolByte(ready))
+	c.linkBuf = s.AppendLinksKey(c.linkBuf[:0])
+	id, ok := c.links[string(c.linkBuf)]
+	if !ok {
+		id = uint64(len(c.links))
+		c.links[string(c.linkBuf)] = id
+	}
+	b = binary.AppendUvarint(b, id)
 	return s.AppendKubeletKey(b)
 }
 

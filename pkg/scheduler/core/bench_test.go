@@ -59,3 +59,51 @@ func BenchmarkFitWithKubelet(b *testing.B) {
 		TopologyManagerScope: annotations.TopologyScopeContainer, CPUManagerPolicy: annotations.CPUManagerPolicyStatic, DeviceTopology: true,
 		NUMA: []annotations.NUMACPUs{{ID: 0, CPUs: 32, ReservedCPUs: 2}, {ID: 1, CPUs: 32}}}))
 }
+
+// BenchmarkFitWithLinks is BenchmarkFitWith on nodes that publish their links (NVLink pairs, two
+// PCIe switches): the 2-card container's set is chosen by links.
+func BenchmarkFitWithLinks(b *testing.B) {
+	nodes := benchNodes(64, nil)
+	for i, n := range nodes {
+		inv := annotations.Inventory{V: 1}
+		for k := range n.Cards {
+			inv.GPUs = append(inv.GPUs, n.Cards[k].GPU)
+			for j := k + 1; j < len(n.Cards); j++ {
+				l := annotations.Link{A: k, B: j, PCIe: annotations.PCIeSystem}
+				if k/4 == j/4 {
+					l.PCIe = annotations.PCIeSwitch
+				}
+				if k/2 == j/2 {
+					l.NVLinks = 4
+				}
+				inv.Links = append(inv.Links, l)
+			}
+		}
+		s := NewNodeState(n.Name, inv)
+		for k := range n.Cards {
+			if n.Cards[k].Held > 0 {
+				s.Hold(Holding{UUID: n.Cards[k].UUID, Slot: -1, MemMiB: 81920, Cores: 100})
+			}
+		}
+		nodes[i] = s
+	}
+	benchFit(b, nodes)
+}
+
+// BenchmarkFitWithLinksLarge is a 4-card container on a node of 1024 cards in NVLink pairs, every
+// other pair broken: the greedy search.
+func BenchmarkFitWithLinksLarge(b *testing.B) {
+	inv := annotations.Inventory{V: 1}
+	for k := range 1024 {
+		inv.GPUs = append(inv.GPUs, annotations.GPU{UUID: fmt.Sprintf("GPU-%d", k), Index: k, Model: "NVIDIA A100-SXM4-80GB",
+			MemoryMiB: 81920, NUMA: k / 512, Healthy: true, Shares: 1})
+		if k%2 == 1 {
+			inv.Links = append(inv.Links, annotations.Link{A: k - 1, B: k, NVLinks: 4, PCIe: annotations.PCIeSwitch})
+		}
+	}
+	s := NewNodeState("big", inv)
+	for k := 0; k < 1024; k += 4 {
+		s.Hold(Holding{UUID: inv.GPUs[k].UUID, Slot: -1, MemMiB: 81920, Cores: 100})
+	}
+	benchFit(b, []*NodeState{s})
+}

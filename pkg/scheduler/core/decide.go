@@ -316,15 +316,28 @@ func (p *Plan) Assignment(n *NodeState) annotations.Assignment {
 	return a
 }
 
-// Score rates a plan made by Fit on n by the pod's node policy: 0 to MaxScore.
+// Score rates a plan made by Fit on n by the pod's node policy: 0 to MaxScore. On a node that
+// publishes links, the score loses up to linkPenalty as the plan uses them badly (linkScore): a
+// multi-card pod goes where well-linked cards are free, any pod where it breaks the fewest NVLink
+// pairs.
 func (p *Pod) Score(n *NodeState, plan *Plan, mix *TaskMix) float64 {
-	return p.nodeScore(&NodeInput{Node: n, Plan: plan, Mix: mix})
+	return withLinks(n, plan, p.nodeScore(&NodeInput{Node: n, Plan: plan, Mix: mix}), nil)
 }
 
 // ScoreWith is Score using the buffers of s (no allocation).
 func (p *Pod) ScoreWith(n *NodeState, plan *Plan, mix *TaskMix, s *Scratch) float64 {
 	s.node = NodeInput{Node: n, Plan: plan, Mix: mix, frag: &s.f.frag}
-	return p.nodeScore(&s.node)
+	score := p.nodeScore(&s.node)
+	s.f.set = s.f.set[:0]
+	return withLinks(n, plan, score, s.f.set)
+}
+
+// withLinks is the policy's score of a plan on n less its link penalty (see Score).
+func withLinks(n *NodeState, plan *Plan, score float64, buf []int) float64 {
+	if n.links == nil {
+		return score
+	}
+	return max(score-linkPenalty*(1-n.linkScore(plan, buf)), 0)
 }
 
 // Scratch holds the buffers of Fit calls so that deciding a pod on many nodes does not allocate.
@@ -405,6 +418,11 @@ type fit struct {
 	kids    []string
 	// frag keeps the frag-aware policy's work on the node for the card scores and ScoreWith.
 	frag fragKeep
+	// The link-aware choice's buffers (links.go): eligible candidates, a set, an enumeration's
+	// indexes, the container's cards so far, the greedy search's taken marks and classes.
+	elig, set, idx, fixed, bestSet, deg []int
+	taken                               []bool
+	toSet                               []quality
 }
 
 type numaGroup struct {
@@ -774,7 +792,8 @@ func (f *fit) fits(c *annotations.ContainerRequest, i int) bool {
 }
 
 // pickNew adds the devices container c still needs beyond those in mine (reused ones), choosing
-// cards by the card strategy within the best NUMA node.
+// cards by the card strategy within the best NUMA node, and by links on a node that publishes them
+// (links.go; cardinal.io/gpu-link: nvlink checked here).
 func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) ([]int, *Reason) {
 	k := c.Count - len(mine)
 	if k == 0 {
@@ -803,6 +822,11 @@ func (f *fit) pickNew(c *annotations.ContainerRequest, mine []int, healthy int) 
 	chosen, r := f.chooseNUMA(c, mine, k)
 	if r != nil {
 		return nil, r
+	}
+	if f.pod.Selector.Link == annotations.LinkNVLink && c.Count > 1 {
+		if chosen, r = f.requireNVLink(c, mine, chosen, k); r != nil {
+			return nil, r
+		}
 	}
 	for _, i := range chosen {
 		card := &f.node.Cards[i]
@@ -840,15 +864,28 @@ func (f *fit) take(k, numa int, any bool) []int {
 // chooseNUMA picks k cards from the ranked candidates (f.order indexes f.cand). A container of more
 // than one card gets them on one NUMA node when some NUMA node has enough (required with
 // numa-bind, preferred otherwise); cards it already has (reused) fix that NUMA node. f.prefer, when
-// set, is the NUMA node to take when it qualifies.
+// set, is the NUMA node to take when it qualifies. On a node with links, the NUMA node whose
+// best-linked set is best wins first, and the cards are that set (takeLinked); a single card is the
+// one of the best-ranked that breaks the fewest linked sets (takeOne).
 func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]int, *Reason) {
 	if c.Count <= 1 {
+		take := f.take
+		if f.node.links != nil {
+			take = func(_, numa int, any bool) []int { return f.takeOne(numa, any) }
+		}
 		if f.prefer >= 0 {
-			if got := f.take(k, f.prefer, false); len(got) == k {
+			if got := take(k, f.prefer, false); len(got) == k {
 				return got, nil
 			}
 		}
-		return f.take(k, 0, true), nil
+		return take(k, 0, true), nil
+	}
+	linked := f.node.links != nil
+	if linked {
+		f.fixed = f.fixed[:0]
+		for _, di := range mine {
+			f.fixed = append(f.fixed, f.plan.Devices[di].Card)
+		}
 	}
 	fixed, mixed, fixedN := 0, false, 0
 	for j, di := range mine {
@@ -881,6 +918,7 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 		g.n++
 	}
 	best, most, onFixed := -1, 0, 0
+	var bestQ quality
 	for gi, g := range f.groups {
 		most = max(most, g.n)
 		if fixedN > 0 && !mixed && g.numa == fixed {
@@ -893,11 +931,34 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 			best = gi
 			break
 		}
+		var q quality
+		if linked {
+			// The best-linked set first; the card strategy's choice among equally linked ones.
+			_, q = f.takeLinked(k, g.numa, false, f.fixed)
+			if best >= 0 && q != bestQ {
+				if q.better(bestQ) {
+					best, bestQ = gi, q
+					f.bestSet = append(f.bestSet[:0], f.picked...)
+				}
+				continue
+			}
+		}
 		if b := f.groups[max(best, 0)]; best < 0 || f.betterGroup(g.sum, g.n, g.numa, b.sum, b.n, b.numa) {
-			best = gi
+			best, bestQ = gi, q
+			if linked {
+				f.bestSet = append(f.bestSet[:0], f.picked...)
+			}
 		}
 	}
 	if best >= 0 {
+		if linked && f.prefer >= 0 && f.groups[best].numa == f.prefer {
+			got, _ := f.takeLinked(k, f.prefer, false, f.fixed)
+			return got, nil
+		}
+		if linked {
+			// The best group's set, as takeLinked found it.
+			return append(f.picked[:0], f.bestSet...), nil
+		}
 		return f.take(k, f.groups[best].numa, false), nil
 	}
 	if f.pod.Selector.NUMABind {
@@ -910,6 +971,10 @@ func (f *fit) chooseNUMA(c *annotations.ContainerRequest, mine []int, k int) ([]
 			r.Have, r.NUMA = fixedN+onFixed, fixed
 		}
 		return nil, r
+	}
+	if linked {
+		got, _ := f.takeLinked(k, 0, true, f.fixed)
+		return got, nil
 	}
 	return f.take(k, 0, true), nil
 }

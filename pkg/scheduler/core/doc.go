@@ -89,6 +89,16 @@
 // NUMA node unless the cache set the kubelet's current ones (NodeState.SetExclusiveCPUs); a plan
 // carries the CPUs the model predicts the pod takes (Plan.CPUs, the assignment's cpus).
 //
+// # Links
+//
+// When the inventory publishes links between cards (annotations.Inventory.Links: NVLink, NVSwitch,
+// PCIe common ancestor), they choose among the cards every other rule allows (links.go): a
+// container of two cards or more gets the best-linked set (ties by the card strategy), a
+// single-card or shared container the card whose use breaks the fewest NVLink pairs, and Score
+// blends in how well a plan's multi-card containers are linked. Selector.Link (cardinal.io/gpu-link:
+// nvlink) makes all-NVLink sets a hard rule (ReasonNVLink). NodeState.HasLinks and AppendLinksKey
+// let a cache tell nodes of different links apart.
+//
 // # Strategies
 //
 // Node strategies are NodeScoreFunc(*NodeInput) (node before, plan, node after card by card via

@@ -175,6 +175,9 @@ func (f *fit) kubeletPick(mi int, fixed, pool []string, n int) []string {
 			return fail(r)
 		}
 	}
+	if r := f.checkNVLink(c, mine); r != nil {
+		return fail(r)
+	}
 	f.placed(c, mine, reused)
 	return f.kids
 }

@@ -72,6 +72,12 @@ const (
 	// cannot predict which devices the kubelet hands over: such nodes are refused for the pod
 	// rather than placed on devices the kubelet may not give.
 	ReasonKubeletMIG
+	// ReasonNVLink: the pod requires NVLink (cardinal.io/gpu-link: nvlink) and no set of the
+	// container's Need cards the node can give it now is pairwise NVLink-connected. Detail says what
+	// the node has (no published links, no NVLink, or its free cards' NVLink groups); Have is the
+	// largest NVLink group of free cards, Of the largest of all the cards its selector accepts
+	// (unresolvable when smaller than Need).
+	ReasonNVLink
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -151,6 +157,8 @@ func (r *Reason) Unresolvable() bool {
 		return true
 	case ReasonKubeletRefuses:
 		return r.Kubelet != nil && r.Kubelet.Reason == topology.ReasonInvalidNode
+	case ReasonNVLink:
+		return r.Of < r.Need
 	case ReasonHost:
 		// Only when the pod asks more than the node has at all.
 		return (r.HostAlloc.CPUMilli > 0 && r.HostNeed.CPUMilli > r.HostAlloc.CPUMilli) ||
@@ -232,6 +240,8 @@ func (r *Reason) String() string {
 		b.WriteString(r.kubeletText())
 	case ReasonKubeletMIG:
 		fmt.Fprintf(&b, "takes MIG instances beside other devices in one pod, which the GPU scheduler does not place on nodes whose kubelet runs the TopologyManager policy %s at pod scope (its hints across resources are not modelled yet)", r.Policy)
+	case ReasonNVLink:
+		fmt.Fprintf(&b, "needs %d NVLink-connected %s; %s", r.Need, plural(r.Need, "card", "cards"), r.Detail)
 	case ReasonSharingNotEnforced:
 		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
 	case ReasonSharingNotReady:

@@ -168,6 +168,9 @@ type NodeState struct {
 	// clones share them.
 	cpuNode *topology.Node
 	cpuHeld []int
+	// links are the links between the cards (links.go), nil when the inventory publishes none.
+	// Never written after NewNodeState: clones share them.
+	links *linkMatrix
 }
 
 // kubeletNode is what the kubelet model needs of a node, built once per inventory and shared by
@@ -346,6 +349,7 @@ func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 		}
 	}
 	n.kubelet = newKubeletNode(&inv, n)
+	n.links = newLinkMatrix(&inv, n)
 	return n
 }
 
