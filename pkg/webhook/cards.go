@@ -166,14 +166,20 @@ func (c *Cards) Summary() string {
 	if !c.Known() {
 		return "no cards"
 	}
+	return counted(len(c.models), "models", func(i int) (int, string) { return len(c.models[i].cards), c.models[i].model })
+}
+
+// counted lists n entries as `<count>× <name>`, at most five of them, then how many more <what>.
+func counted(n int, what string, entry func(i int) (int, string)) string {
 	const most = 5
-	parts := make([]string, 0, min(len(c.models), most)+1)
-	for i, m := range c.models {
+	parts := make([]string, 0, min(n, most)+1)
+	for i := range n {
 		if i == most {
-			parts = append(parts, fmt.Sprintf("%d more models", len(c.models)-most))
+			parts = append(parts, fmt.Sprintf("%d more %s", n-most, what))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%d× %s", len(m.cards), m.model))
+		k, name := entry(i)
+		parts = append(parts, fmt.Sprintf("%d× %s", k, name))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -197,15 +203,8 @@ func (c *Cards) FitsMIG(sel *annotations.Selector, key string) bool {
 	if p == nil {
 		return false
 	}
-	types := annotations.Selector{UseTypes: sel.UseTypes, NoUseTypes: sel.NoUseTypes}
 	for _, in := range p.instances {
-		if len(sel.UseUUIDs) > 0 && !slices.Contains(sel.UseUUIDs, in.parent) && !slices.Contains(sel.UseUUIDs, in.uuid) {
-			continue
-		}
-		if slices.Contains(sel.NoUseUUIDs, in.parent) || slices.Contains(sel.NoUseUUIDs, in.uuid) {
-			continue
-		}
-		if types.Check(in.model, "") == annotations.MatchOK {
+		if sel.CheckDevice(in.model, in.uuid, in.parent) == annotations.MatchOK {
 			return true
 		}
 	}
@@ -226,14 +225,5 @@ func (c *Cards) MIGSummary() string {
 	if c == nil || len(c.profiles) == 0 {
 		return "no MIG instances"
 	}
-	const most = 5
-	parts := make([]string, 0, min(len(c.profiles), most)+1)
-	for i, p := range c.profiles {
-		if i == most {
-			parts = append(parts, fmt.Sprintf("%d more profiles", len(c.profiles)-most))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%d× %s", len(p.instances), p.key))
-	}
-	return strings.Join(parts, ", ")
+	return counted(len(c.profiles), "profiles", func(i int) (int, string) { return len(c.profiles[i].instances), c.profiles[i].key })
 }
