@@ -128,6 +128,7 @@ func newPlugin(o pluginOptions) *Plugin {
 	p.table.addInstances(o.Cards, o.Names)
 	p.table.setLinks(o.Cards, o.Links)
 	p.metrics.setDevices(p.table)
+	p.metrics.registry.MustRegister(holdings{p})
 	return p
 }
 
