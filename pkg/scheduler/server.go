@@ -150,6 +150,7 @@ func NewServer(cache *Cache, o ServerOptions) *Server {
 		s.registry = prometheus.NewRegistry()
 	}
 	s.metrics = newMetrics(s.registry)
+	s.registry.MustRegister(allocation{cache})
 	cache.PrepareNominees(s.prepare)
 	cache.OnPanic(func(node string, v any, stack []byte) {
 		s.metrics.panics.Inc()
