@@ -117,7 +117,12 @@ func (o *Options) Cards(ctx context.Context, nodeName string) error {
 			continue
 		}
 		for _, h := range r.Holders {
+			// An assignment without memory and cores is a whole device; the allocation record
+			// does not say what a container reserves.
 			mem, cores := "whole", "whole"
+			if h.Source != "assignment" {
+				mem, cores = "?", "?"
+			}
 			if h.MemoryMiB > 0 || h.Cores > 0 {
 				mem, cores = mib(h.MemoryMiB), strconv.Itoa(h.Cores)+"%"
 			}

@@ -263,6 +263,25 @@ func TestExplainFitsOneNode(t *testing.T) {
 	t.Logf("\n%s", out)
 }
 
+// A bound pod is explained as if it were not there: the cards it holds count as free.
+func TestExplainLeavesThePodOut(t *testing.T) {
+	objs := fixture(t)
+	train := objs[4].(*corev1.Pod)
+	train.Annotations[annotations.UseGPUType] = "A40"
+	train.Spec.Containers[0].Resources.Limits = corev1.ResourceList{annotations.ResourceGPU: resource.MustParse("2")}
+	out, errOut, code := runCmd(t, objs, "explain", "train", "-n", "ml", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var x Explanation
+	if err := json.Unmarshal([]byte(out), &x); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if x.Node != "gpu-a" {
+		t.Errorf("explanation %+v, want gpu-a: the card train holds is its own", x)
+	}
+}
+
 func TestExplainFileAndNoFit(t *testing.T) {
 	pod := gpuPod("want-h100", "H100")
 	pod.UID, pod.Namespace = "", ""
@@ -319,5 +338,48 @@ func TestErrors(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want 1 and %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// A pod the device plugin allocated without the extender (no assignment) holds its card whole,
+// and so does an assignment of cores 100 that names no memory: none of the card's memory counts
+// as free, and cards names the holder from the allocation record.
+func TestAllocationOnlyHolder(t *testing.T) {
+	enc, err := annotations.EncodeAllocation(annotations.Allocation{Node: "gpu-a",
+		Containers: []annotations.ContainerAllocation{{Name: "old", IDs: []string{"GPU-a1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "legacy", UID: "ml-legacy",
+			Annotations: map[string]string{annotations.GPUAllocated: enc}},
+		Spec:   corev1.PodSpec{NodeName: "gpu-a", Containers: []corev1.Container{{Name: "old"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	// An assignment that reserves the card alone (cores 100) without naming its memory.
+	whole := holder(t, "ml", "alone", "gpu-c", "main", annotations.DeviceAssignment{UUID: "GPU-c0", ID: "GPU-c0", Cores: 100})
+	objs := append(fixture(t), legacy, whole)
+	out, errOut, code := runCmd(t, objs, "nodes", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rows []NodeSummary
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	for _, r := range rows {
+		if r.Name == "gpu-a" && (r.FreeWhole != 0 || r.FreeSlots != 0 || r.FreeMemoryMiB != 0) {
+			t.Errorf("gpu-a: %+v, want nothing free: both A40s are held whole", r)
+		}
+		if r.Name == "gpu-c" && (r.FreeWhole != 0 || r.FreeSlots != 0 || r.FreeMemoryMiB != 0) {
+			t.Errorf("gpu-c: %+v, want nothing free on the whole A100: ml/alone holds it alone", r)
+		}
+	}
+	out, errOut, code = runCmd(t, objs, "cards", "gpu-a")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "ml/legacy") || !strings.Contains(out, "old") {
+		t.Errorf("cards gpu-a:\n%s\nwant ml/legacy's container old on GPU-a1", out)
 	}
 }

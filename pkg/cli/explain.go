@@ -28,7 +28,7 @@ type Explanation struct {
 	GPUPolicy  string `json:"gpuPolicy"`
 	// Node is the best node ("" when none fits) and Devices the devices it would get there, by
 	// container.
-	Node    string                           `json:"node"`
+	Node    string                            `json:"node"`
 	Devices []annotations.ContainerAssignment `json:"devices,omitempty"`
 	// Nodes is every node's verdict, in name order.
 	Nodes []NodeVerdict `json:"nodes"`
@@ -167,7 +167,7 @@ func (o *Options) explainedPod(ctx context.Context, e ExplainOptions) (*corev1.P
 	var raw []byte
 	var err error
 	if e.File == "-" {
-		raw, err = readAll(os.Stdin)
+		raw, err = io.ReadAll(os.Stdin)
 	} else {
 		raw, err = os.ReadFile(e.File)
 	}
@@ -201,5 +201,3 @@ func (o *Options) decodePod(file string, raw []byte) (*corev1.Pod, error) {
 	}
 	return pod, nil
 }
-
-func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(r) }
