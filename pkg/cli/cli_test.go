@@ -383,3 +383,27 @@ func TestAllocationOnlyHolder(t *testing.T) {
 		t.Errorf("cards gpu-a:\n%s\nwant ml/legacy's container old on GPU-a1", out)
 	}
 }
+
+func TestKubeconfigErrorsNameTheFlags(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope")
+	if _, _, err := Kubeconfig(missing, ""); err == nil || !strings.Contains(err.Error(), "--kubeconfig "+missing) {
+		t.Errorf("missing file: error %v, want it to name --kubeconfig and the path", err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	const cfg = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: secret}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: ml}}]
+current-context: x
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ns, err := Kubeconfig(path, ""); err != nil || ns != "ml" {
+		t.Errorf("namespace %q, error %v; want the context's namespace ml", ns, err)
+	}
+	if _, _, err := Kubeconfig(path, "y"); err == nil || !strings.Contains(err.Error(), "--context y") {
+		t.Errorf("unknown context: error %v, want it to name --context y", err)
+	}
+}

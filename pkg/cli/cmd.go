@@ -22,17 +22,24 @@ func Kubeconfig(kubeconfig, kubeContext string) (kubernetes.Interface, string, e
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	source := "kubeconfig"
+	if kubeconfig != "" {
+		source = "--kubeconfig " + kubeconfig
+	}
+	if kubeContext != "" {
+		source += " --context " + kubeContext
+	}
 	rc, err := cfg.ClientConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", source, err)
 	}
 	ns, _, err := cfg.Namespace()
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
+		return nil, "", fmt.Errorf("%s: namespace: %w", source, err)
 	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", source, err)
 	}
 	return cs, ns, nil
 }
