@@ -153,7 +153,7 @@ func TestNodesTable(t *testing.T) {
 		t.Fatalf("table:\n%s\nwant a header and 3 nodes", out)
 	}
 	for _, want := range [][]string{
-		{"gpu-a", "2x NVIDIA A40", "1/2", "46068Mi/92136Mi", "0,1", "best-effort"},
+		{"gpu-a", "2x NVIDIA A40", "1/2", "45.0Gi/90.0Gi", "0,1", "best-effort"},
 		{"gpu-b", "3/4", "11Gi/15Gi", "1/2", "none"},
 		{"gpu-c", "1/2", "in MIG mode"},
 	} {

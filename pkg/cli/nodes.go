@@ -136,10 +136,14 @@ func summarize(st *core.NodeState) NodeSummary {
 	return r
 }
 
-// mib prints a memory size in GiB when it is a whole number of them, else in MiB.
+// mib prints a memory size: in whole GiB when it is a whole number of them, in GiB to one decimal
+// from 1 GiB on, else in MiB.
 func mib(v int64) string {
-	if v%1024 == 0 {
+	switch {
+	case v%1024 == 0:
 		return strconv.FormatInt(v/1024, 10) + "Gi"
+	case v >= 1024:
+		return strconv.FormatFloat(float64(v)/1024, 'f', 1, 64) + "Gi"
 	}
 	return strconv.FormatInt(v, 10) + "Mi"
 }
