@@ -85,7 +85,7 @@ func testKubectlCardinal(t *testing.T, e *env) {
 	}
 
 	t4 := pod("k-explain", map[string]string{annotations.UseGPUType: "T4"})
-	t4.TypeMeta.APIVersion, t4.TypeMeta.Kind = "v1", "Pod"
+	t4.APIVersion, t4.Kind = "v1", "Pod"
 	raw, err := json.Marshal(t4)
 	if err != nil {
 		t.Fatal(err)
