@@ -407,3 +407,27 @@ current-context: x
 		t.Errorf("unknown context: error %v, want it to name --context y", err)
 	}
 }
+
+// A node whose inventory cannot be read is listed with the decoder's error, and cards names it.
+func TestBadInventory(t *testing.T) {
+	bad := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-x",
+		Annotations: map[string]string{annotations.GPUInventory: `{"v":1,"gpus":[{"uuid":""}]}`}}}
+	objs := append(fixture(t), bad)
+	out, errOut, code := runCmd(t, objs, "nodes")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var row string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "gpu-x ") {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "<bad inventory: "+annotations.GPUInventory) {
+		t.Errorf("gpu-x row %q, want the inventory's decode error", row)
+	}
+	_, errOut, code = runCmd(t, objs, "cards", "gpu-x")
+	if code != 1 || !strings.Contains(errOut, `node "gpu-x": `+annotations.GPUInventory) {
+		t.Errorf("cards gpu-x: exit %d, stderr %q, want 1 and the node and key named", code, errOut)
+	}
+}
