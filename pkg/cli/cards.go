@@ -40,8 +40,9 @@ type CardInfo struct {
 	MemoryMiB int64  `json:"memoryMiB"`
 	Shares    int    `json:"shares"`
 	Healthy   bool   `json:"healthy"`
-	// State is free, shared (some of it held), whole (held alone or every slot taken), mig (a
-	// parent in MIG mode: its instances are listed after it) or unhealthy.
+	// State is free, shared (some of it held), whole (held alone or every slot taken), held (a MIG
+	// instance someone holds), mig (a parent in MIG mode: its instances are listed after it) or
+	// unhealthy.
 	State string `json:"state"`
 	// HeldMemoryMiB, HeldCores and HeldSlots are the cache's sums over the holders.
 	HeldMemoryMiB int64        `json:"heldMemoryMiB"`
@@ -87,6 +88,8 @@ func (o *Options) Cards(ctx context.Context, nodeName string) error {
 			r.MIGMode, r.State = card.MIG.Mode, "mig"
 		case !card.Healthy:
 			r.State = "unhealthy"
+		case card.Instance() && card.Held > 0:
+			r.State = "held"
 		case card.Whole > 0 || card.FreeSlots() == 0:
 			r.State = "whole"
 		case card.Held > 0 || card.MemMiB > 0 || card.Cores > 0:

@@ -188,7 +188,7 @@ func TestCardsHolders(t *testing.T) {
 	for _, r := range rows {
 		states[r.UUID] = r.State
 	}
-	want := map[string]string{"GPU-c0": "free", "GPU-c1": "mig", "MIG-c1-0": "whole", "MIG-c1-1": "free"}
+	want := map[string]string{"GPU-c0": "free", "GPU-c1": "mig", "MIG-c1-0": "held", "MIG-c1-1": "free"}
 	for u, s := range want {
 		if states[u] != s {
 			t.Errorf("%s: state %q, want %q (all: %v)", u, states[u], s, states)
