@@ -8,7 +8,7 @@ BIN           := $(CURDIR)/bin
 TOOLS         := $(CURDIR)/.cache/tools
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
-BINARIES      := scheduler-extender webhook device-plugin
+BINARIES      := scheduler-extender webhook device-plugin kubectl-cardinal
 # Tests that start real Kubernetes components find the pinned binaries here (see hack/testbed/build.sh).
 export CARDINAL_TESTBED_BIN = $(shell bash hack/testbed/build.sh --print-dir)
 TEST_FLAGS    ?=
@@ -21,9 +21,9 @@ help: ## Show this help.
 
 ##@ Development
 .PHONY: build
-build: ## Build the three binaries into bin/ (the device plugin needs cgo: go-nvml dlopens libnvidia-ml at run time).
+build: ## Build the binaries (the three components and the kubectl-cardinal plugin) into bin/ (the device plugin needs cgo: go-nvml dlopens libnvidia-ml at run time).
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/scheduler-extender ./cmd/webhook
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/scheduler-extender ./cmd/webhook ./cmd/kubectl-cardinal
 	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/ ./cmd/device-plugin
 
 .PHONY: fmt

@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/cli"
 	"github.com/cardinal-gpu/cardinal/test/cluster"
 	"github.com/cardinal-gpu/cardinal/test/e2e/stack"
 )
@@ -151,6 +152,12 @@ func demo(t *tb, root, bin string, keep bool) {
 		fmt.Printf("\nWarning from Cardinal's webhook when %s was created: %s\n", w.pod, w.text)
 	}
 	fmt.Printf("\nEverything above came from the kubelets' PodResources API (cards) and Cardinal's filter (reasons).\n")
+	// What kubectl cardinal nodes (bin/kubectl-cardinal) prints for the cluster now.
+	fmt.Printf("\n$ kubectl cardinal nodes\n")
+	o := cli.Options{Client: client, Names: annotations.DefaultResourceNames(), Out: os.Stdout}
+	if err := o.Nodes(context.Background()); err != nil {
+		fmt.Printf("kubectl cardinal nodes: %v\n", err)
+	}
 	fmt.Printf("Demo took %s.\n", time.Since(started).Round(100*time.Millisecond))
 	if !keep {
 		fmt.Println("Tearing down (DEMO_KEEP=1 make demo keeps the cluster running).")

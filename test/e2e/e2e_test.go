@@ -55,6 +55,7 @@ func TestCardinal(t *testing.T) {
 		{"kubelet restart", testKubeletRestart},
 		{"card turns unhealthy and recovers", testUnhealthy},
 		{"deleting pods frees their cards", testDeleteFrees},
+		{"kubectl cardinal agrees with PodResources", testKubectlCardinal},
 	}
 	for _, sc := range scenarios {
 		if !t.Run(sc.name, func(t *testing.T) {
