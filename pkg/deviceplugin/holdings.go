@@ -1,8 +1,10 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -84,15 +86,8 @@ func (p *Plugin) holdings() []holding {
 		}
 	}
 	slices.SortFunc(out, func(a, b holding) int {
-		for _, c := range [][2]string{{a.namespace, b.namespace}, {a.pod, b.pod}, {a.container, b.container}, {a.device, b.device}} {
-			if c[0] != c[1] {
-				if c[0] < c[1] {
-					return -1
-				}
-				return 1
-			}
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.namespace, b.namespace), strings.Compare(a.pod, b.pod),
+			strings.Compare(a.container, b.container), strings.Compare(a.device, b.device))
 	})
 	return out
 }
