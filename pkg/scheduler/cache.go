@@ -151,6 +151,8 @@ type Cache struct {
 	cpuPods map[types.UID]*cpuHolder
 	// preempt is what preemption reads: pods' priorities, nominated pods (preempt.go).
 	preempt preemption
+	// pending are the GPU pods no node passed at their last filter (fleet_metrics.go).
+	pending pendingPods
 }
 
 // NewCache returns an empty cache.
@@ -338,6 +340,9 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	rec := c.recordOf(pod)
 	host, holds := hostOf(pod)
 	terms := affinityTermsOf(pod)
+	if pod.Spec.NodeName != "" || finished(pod) {
+		c.pending.forget(pod.UID)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.trackCPUs(pod)
@@ -354,6 +359,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 
 // DeletePod forgets a pod and frees what it held.
 func (c *Cache) DeletePod(uid types.UID) {
+	c.pending.forget(uid)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgetCPUs(uid)

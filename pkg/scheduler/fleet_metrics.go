@@ -2,8 +2,11 @@ package scheduler
 
 import (
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
 )
@@ -23,7 +26,13 @@ var (
 	modelMemDesc       = prometheus.NewDesc("cardinal_extender_model_memory_mib", "Memory (MiB) of a model's healthy cards and instances.", modelLabels, nil)
 	modelReservedDesc  = prometheus.NewDesc("cardinal_extender_model_reserved_memory_mib", "Memory (MiB) reserved on a model's cards and instances.", modelLabels, nil)
 	nodesUnusableDesc  = prometheus.NewDesc("cardinal_extender_nodes_without_inventory", "Nodes the extender knows whose inventory is missing or refused (they take no GPU pod).", nil, nil)
-	allocationCollectD = []*prometheus.Desc{cardMemDesc, cardCoresDesc, cardSlotsDesc, cardStateDesc, modelCardsDesc, modelFreeDesc, modelMemDesc, modelReservedDesc, nodesUnusableDesc}
+	modelAllocDesc     = prometheus.NewDesc("cardinal_extender_model_allocation_ratio", "Share of a model's healthy cards allocated, in cards (1 − free capacity; MIG parents and instances left out), 0..1.", modelLabels, nil)
+	modelFreeCapDesc   = prometheus.NewDesc("cardinal_extender_model_free_capacity_cards", "Free GPU capacity of a model's healthy cards, in cards (a card 30% used counts 0.7).", modelLabels, nil)
+	modelFragDesc      = prometheus.NewDesc("cardinal_extender_model_fragmented_cards", "Free GPU capacity of a model, in cards, that the cluster's recent mix of requests cannot use (the frag-aware policy's measure, node by node).", modelLabels, nil)
+	modelFragRatioDesc = prometheus.NewDesc("cardinal_extender_model_fragmentation_ratio", "Share of a model's free GPU capacity that the cluster's recent mix of requests cannot use, 0..1 (0 when nothing is free).", modelLabels, nil)
+	pendingDesc        = prometheus.NewDesc("cardinal_extender_pending_pods", "GPU pods that no node passed at their last filter, by the class of the reason of the node nearest to fitting (no_model, unhealthy, memory, host, numa_kubelet, in_flight, other).", []string{"class"}, nil)
+	allocationCollectD = []*prometheus.Desc{cardMemDesc, cardCoresDesc, cardSlotsDesc, cardStateDesc, modelCardsDesc, modelFreeDesc, modelMemDesc, modelReservedDesc, nodesUnusableDesc,
+		modelAllocDesc, modelFreeCapDesc, modelFragDesc, modelFragRatioDesc, pendingDesc}
 )
 
 // allocation is the Prometheus collector of the cache's cards.
@@ -39,6 +48,10 @@ func (a allocation) Describe(ch chan<- *prometheus.Desc) {
 type modelSums struct {
 	cards, free   int
 	mem, reserved int64
+	// measured counts the healthy cards the frag-aware measure sees (not MIG parents or
+	// instances); freeCap and frag are their free and fragmented capacity, in cards.
+	measured      int
+	freeCap, frag float64
 }
 
 func (a allocation) Collect(ch chan<- prometheus.Metric) {
@@ -46,11 +59,13 @@ func (a allocation) Collect(ch chan<- prometheus.Metric) {
 	defer a.c.mu.RUnlock()
 	models := map[string]*modelSums{}
 	unusable := 0
+	nodeFree := map[string]float64{}
 	for _, n := range a.c.nodes {
 		if n.state == nil {
 			unusable++
 			continue
 		}
+		clear(nodeFree)
 		for i := range n.state.Cards {
 			card := &n.state.Cards[i]
 			labels := []string{n.name, card.UUID, card.Model, strconv.Itoa(card.NUMA)}
@@ -75,10 +90,24 @@ func (a allocation) Collect(ch chan<- prometheus.Metric) {
 				m.mem += card.MemoryMiB
 				m.reserved += min(mem, card.MemoryMiB)
 			}
+			if card.Healthy && !card.InMIGMode() && !card.Instance() {
+				f := card.FreeCapacity()
+				m.measured++
+				m.freeCap += f
+				nodeFree[card.Model] += f
+			}
 			ch <- prometheus.MustNewConstMetric(cardMemDesc, prometheus.GaugeValue, float64(mem), labels...)
 			ch <- prometheus.MustNewConstMetric(cardCoresDesc, prometheus.GaugeValue, float64(cores), labels...)
 			ch <- prometheus.MustNewConstMetric(cardSlotsDesc, prometheus.GaugeValue, float64(card.Held), labels...)
 			ch <- prometheus.MustNewConstMetric(cardStateDesc, prometheus.GaugeValue, 1, append(labels, state)...)
+		}
+		// The node's fragmented capacity goes to its models in proportion to their free capacity
+		// on it (exact for the usual node of one model).
+		frag, free := a.c.mix.Fragmentation(n.state)
+		if free > 0 {
+			for model, f := range nodeFree {
+				models[model].frag += frag * f / free
+			}
 		}
 	}
 	for model, m := range models {
@@ -86,8 +115,22 @@ func (a allocation) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(modelFreeDesc, prometheus.GaugeValue, float64(m.free), model)
 		ch <- prometheus.MustNewConstMetric(modelMemDesc, prometheus.GaugeValue, float64(m.mem), model)
 		ch <- prometheus.MustNewConstMetric(modelReservedDesc, prometheus.GaugeValue, float64(m.reserved), model)
+		alloc, fragRatio := 0.0, 0.0
+		if m.measured > 0 {
+			alloc = 1 - m.freeCap/float64(m.measured)
+		}
+		if m.freeCap > 0 {
+			fragRatio = m.frag / m.freeCap
+		}
+		ch <- prometheus.MustNewConstMetric(modelAllocDesc, prometheus.GaugeValue, alloc, model)
+		ch <- prometheus.MustNewConstMetric(modelFreeCapDesc, prometheus.GaugeValue, m.freeCap, model)
+		ch <- prometheus.MustNewConstMetric(modelFragDesc, prometheus.GaugeValue, m.frag, model)
+		ch <- prometheus.MustNewConstMetric(modelFragRatioDesc, prometheus.GaugeValue, fragRatio, model)
 	}
 	ch <- prometheus.MustNewConstMetric(nodesUnusableDesc, prometheus.GaugeValue, float64(unusable))
+	for class, n := range a.c.pending.counts(a.c.clock.Now()) {
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(n), pendingClasses[class])
+	}
 }
 
 // cardState is the card's state label.
@@ -103,4 +146,122 @@ func cardState(c *core.Card) string {
 		return "whole"
 	}
 	return "shared"
+}
+
+// Pending GPU pods by reason class. The extender sees a pod at filter: when no node passes, the pod
+// is Pending for the reason of the node nearest to fitting, whose class the gauge counts. A pod is
+// forgotten when a later filter passes a node, when it is bound, finishes or is deleted (the
+// cache's pod events), or when no filter has seen it for pendingTTL (a pod deleted while the
+// extender missed it). The series are the classes, never the pods.
+
+// pendingClass is a class of reasons, in the order of nearness to fitting: a pod refused on
+// several nodes for reasons of several classes counts in the lowest.
+type pendingClass int
+
+const (
+	// pendingInFlight: the pod waits for something already under way (a container in flight, an
+	// earlier bind, the kubelet's report of exclusive CPUs).
+	pendingInFlight pendingClass = iota
+	// pendingNUMAKubelet: the cards have room but not where the pod needs them (NUMA, the kubelet's
+	// TopologyManager, init containers' cards, NVLink).
+	pendingNUMAKubelet
+	// pendingHost: the node's CPU or memory cannot hold the pod.
+	pendingHost
+	// pendingMemory: matching cards have no room (free card, memory, cores, slot).
+	pendingMemory
+	// pendingUnhealthy: matching cards are unhealthy and too few healthy ones remain.
+	pendingUnhealthy
+	// pendingOther: sharing cannot be enforced, another tenant's MPS daemon, a panic.
+	pendingOther
+	// pendingNoModel: no node has (enough) cards the pod's selectors accept, or any inventory.
+	pendingNoModel
+	pendingClassCount
+)
+
+// pendingClasses are the label values, by class.
+var pendingClasses = [pendingClassCount]string{"in_flight", "numa_kubelet", "host", "memory", "unhealthy", "other", "no_model"}
+
+// classOf is the class of a reason.
+func classOf(r *core.Reason) pendingClass {
+	switch r.Kind {
+	case core.ReasonInFlight, core.ReasonBindPending, core.ReasonKubeletCPUs:
+		return pendingInFlight
+	case core.ReasonNUMA, core.ReasonReuse, core.ReasonKubeletRefuses, core.ReasonKubeletChoice, core.ReasonKubeletMIG, core.ReasonNVLink:
+		return pendingNUMAKubelet
+	case core.ReasonHost:
+		return pendingHost
+	case core.ReasonNoCapacity:
+		return pendingMemory
+	case core.ReasonUnhealthy:
+		return pendingUnhealthy
+	case core.ReasonUnknownNode, core.ReasonNoInventory, core.ReasonBadInventory, core.ReasonNoMatch, core.ReasonTooFewCards:
+		return pendingNoModel
+	}
+	return pendingOther
+}
+
+// pendingTTL is how long a pod stays counted after its last filter without news of it.
+// kube-scheduler retries an unschedulable pod at least every 5 minutes.
+const pendingTTL = 15 * time.Minute
+
+// maxPending bounds the pods remembered; beyond it new pods are not counted until some leave.
+const maxPending = 100000
+
+// pendingPods are the pods no node passed at their last filter. The zero value is ready; it has
+// its own lock (never held while taking the cache's).
+type pendingPods struct {
+	mu   sync.Mutex
+	pods map[types.UID]pendingPod
+}
+
+type pendingPod struct {
+	class pendingClass
+	seen  time.Time
+}
+
+// note records a filter's verdicts for pod uid at now: the pod is pending when no verdict passes.
+func (p *pendingPods) note(uid types.UID, verdicts []Verdict, now time.Time) {
+	class, pending := pendingClassCount, len(verdicts) > 0
+	for i := range verdicts {
+		if verdicts[i].Reason == nil {
+			pending = false
+			break
+		}
+		class = min(class, classOf(verdicts[i].Reason))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !pending {
+		delete(p.pods, uid)
+		return
+	}
+	if p.pods == nil {
+		p.pods = map[types.UID]pendingPod{}
+	}
+	if _, known := p.pods[uid]; !known && len(p.pods) >= maxPending {
+		return
+	}
+	p.pods[uid] = pendingPod{class: class, seen: now}
+}
+
+// forget drops pod uid (bound, finished or deleted).
+func (p *pendingPods) forget(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pods, uid)
+}
+
+// counts returns the pods per class at now, every class present, dropping pods past pendingTTL.
+func (p *pendingPods) counts(now time.Time) [pendingClassCount]int {
+	var out [pendingClassCount]int
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for uid, e := range p.pods {
+		if now.Sub(e.seen) > pendingTTL {
+			delete(p.pods, uid)
+			continue
+		}
+		out[e.class]++
+	}
+	return out
 }

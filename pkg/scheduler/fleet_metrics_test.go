@@ -1,13 +1,21 @@
 package scheduler
 
 import (
+	"context"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
 // gatherFleet reads the allocation gauges as "name{labels} value", sorted; want filters by prefix.
@@ -53,9 +61,19 @@ func TestAllocationMetrics(t *testing.T) {
 	}
 	models := gatherFleet(t, h.srv, "cardinal_extender_model_")
 	want := []string{
+		// The measure sees mix's two A100s (MIG parents and instances left out): one held whole.
+		"model_allocation_ratio{model=" + a100 + "} 0.5",
+		"model_allocation_ratio{model=NVIDIA H100 80GB HBM3} 0",
 		// mix's two cards and mig's two parents; mig's two whole H100s are another model.
 		"model_cards{model=" + a100 + "} 4",
 		"model_cards{model=NVIDIA H100 80GB HBM3} 2",
+		// The mix is the holder's whole card, which every free card can take: nothing fragmented.
+		"model_fragmentation_ratio{model=" + a100 + "} 0",
+		"model_fragmentation_ratio{model=NVIDIA H100 80GB HBM3} 0",
+		"model_fragmented_cards{model=" + a100 + "} 0",
+		"model_fragmented_cards{model=NVIDIA H100 80GB HBM3} 0",
+		"model_free_capacity_cards{model=" + a100 + "} 1",
+		"model_free_capacity_cards{model=NVIDIA H100 80GB HBM3} 2",
 		"model_free_cards{model=" + a100 + "} 1",
 		"model_free_cards{model=NVIDIA H100 80GB HBM3} 2",
 		// mix: 2 × 81920; mig: 7 × 9728 + 40192 + 19968 + 9728 of instances.
@@ -70,3 +88,109 @@ func TestAllocationMetrics(t *testing.T) {
 }
 
 func containsLine(l []string, s string) bool { return slices.Contains(l, s) }
+
+// The extender reports per model the frag-aware measure over its cache's cards under the mix of
+// the pods it has seen, and the share of the cards allocated. Node n: two A100s (10 slots), one
+// half held by a share of 40960 MiB; node w: two H100s, one held whole. The mix: that share and a
+// whole card, one each.
+func TestFragmentationMetrics(t *testing.T) {
+	const h100 = "NVIDIA H100 80GB HBM3"
+	h := newHarness(t, harnessOptions{}, mixedNode("n", 81920, 10, a100, a100), mixedNode("w", 81920, 1, h100, h100),
+		holder(t, "share", 0, "n", 0, 40960, annotations.SlotID(uuidOf("n", 0), 0)), holder(t, "whole", 0, "w", 0, 0, uuidOf("w", 0)))
+	got := map[string]float64{}
+	for _, l := range gatherFleet(t, h.srv, "cardinal_extender_model_") {
+		i := strings.LastIndexByte(l, ' ')
+		got[l[:i]], _ = strconv.ParseFloat(l[i+1:], 64)
+	}
+	// The mix ages (MixHalfLife): the second pod seen weighs 2^(1/20000) of the first, which moves
+	// the fragmentation by a few millionths.
+	for _, w := range []struct {
+		series string
+		want   float64
+	}{
+		// n: card 0 is half used (0.5 free), card 1 empty: 1.5 of 2 cards free, 25% allocated.
+		{"model_allocation_ratio{model=" + a100 + "}", 0.25},
+		{"model_free_capacity_cards{model=" + a100 + "}", 1.5},
+		// The share class fits both cards (F 0); a whole card fits only card 1, so card 0's 0.5 is
+		// fragmented for it (F 0.5). F(M) = (0 + 0.5) / 2 = 0.25 of 1.5 free: 1/6.
+		{"model_fragmented_cards{model=" + a100 + "}", 0.25},
+		{"model_fragmentation_ratio{model=" + a100 + "}", 0.25 / 1.5},
+		// w: one card held whole, one free, which both classes can use.
+		{"model_allocation_ratio{model=" + h100 + "}", 0.5},
+		{"model_free_capacity_cards{model=" + h100 + "}", 1},
+		{"model_fragmented_cards{model=" + h100 + "}", 0},
+		{"model_fragmentation_ratio{model=" + h100 + "}", 0},
+	} {
+		if g, ok := got[w.series]; !ok || math.Abs(g-w.want) > 1e-4 {
+			t.Errorf("%s = %v (reported: %v), want %v", w.series, g, ok, w.want)
+		}
+	}
+}
+
+// A pod no node passes counts once under the class of the reason nearest to fitting; it leaves
+// the gauge when a filter passes a node, when it is bound, or deleted; a pod no filter has seen
+// for pendingTTL is dropped. Every class is always reported.
+func TestPendingPodsByReason(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	h := newHarness(t, harnessOptions{clock: clk}, gpuNode(nodeSpec{name: "g", model: a100, memMiB: 81920, count: 1}), plainNode("cpu"),
+		holder(t, "holds", 0, "g", 0, 0, uuidOf("g", 0)))
+	filter := func(pod *corev1.Pod, nodes ...string) {
+		t.Helper()
+		if res := h.srv.Filter(context.Background(), &extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes}); res.Error != "" {
+			t.Fatal(res.Error)
+		}
+	}
+	pending := func() map[string]string {
+		out := map[string]string{}
+		for _, l := range gatherFleet(t, h.srv, "cardinal_extender_pending_pods") {
+			k, v, _ := strings.Cut(strings.TrimPrefix(l, "pending_pods{class="), "} ")
+			out[k] = v
+		}
+		return out
+	}
+	want := func(what string, counts map[string]string) {
+		t.Helper()
+		all := map[string]string{}
+		for _, c := range pendingClasses {
+			all[c] = "0"
+		}
+		for k, v := range counts {
+			all[k] = v
+		}
+		if diff := cmp.Diff(all, pending()); diff != "" {
+			t.Errorf("%s: pending pods (-want +got):\n%s", what, diff)
+		}
+	}
+	want("nothing filtered", nil)
+	// One card, held whole: "memory" on g beats "no_model" on the node without cards.
+	busy := gpuPod("busy", nil, ctr{name: "m", gpu: 1})
+	filter(busy, "g", "cpu")
+	// Asks a model no node has: no_model everywhere.
+	h100 := gpuPod("h100", map[string]string{annotations.UseGPUType: "h100"}, ctr{name: "m", gpu: 1})
+	filter(h100, "cpu", "g")
+	want("two refused", map[string]string{"memory": "1", "no_model": "1"})
+	// A second filter of the same pod replaces its verdict rather than adding one.
+	filter(busy, "g")
+	want("filtered again", map[string]string{"memory": "1", "no_model": "1"})
+
+	// The holder leaves: busy now fits g and leaves the gauge.
+	h.cache.DeletePod("uid-holds")
+	filter(busy, "cpu", "g")
+	want("busy fits", map[string]string{"no_model": "1"})
+
+	// Bound or deleted pods leave it too.
+	filter(busy, "g")
+	h.cache.DeletePod("uid-holds")
+	shared := gpuPod("shared", nil, ctr{name: "m", gpu: 1, mem: 1 << 20, cores: 10})
+	filter(shared, "g")
+	want("too much memory", map[string]string{"memory": "1", "no_model": "1"})
+	h.cache.UpsertPod(bound(shared.DeepCopy(), "g"))
+	want("bound", map[string]string{"no_model": "1"})
+	h.cache.DeletePod(h100.UID)
+	want("deleted", nil)
+
+	// Forgotten after pendingTTL without a filter.
+	filter(h100, "cpu")
+	clk.SetTime(clk.Now().Add(pendingTTL + time.Second))
+	want("expired", nil)
+}

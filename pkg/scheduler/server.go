@@ -313,6 +313,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		return &extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames, Nodes: args.Nodes}
 	}
 	verdicts := s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
+	s.cache.pending.note(args.Pod.UID, verdicts, s.cache.clock.Now())
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
 	pass := make([]int, 0, len(names))
 	var refusedNodes []string
