@@ -53,8 +53,12 @@ demo: build testbed-bins ## Run Cardinal on a local 3-node cluster with simulate
 testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached).
 	bash hack/testbed/build.sh
 
+.PHONY: prometheus
+prometheus: ## Put Debian's prometheus binary in .cache/prometheus/ for the dashboard test (apt-get download, unpacked, nothing installed; once).
+	bash hack/prometheus.sh >/dev/null
+
 .PHONY: test
-test: testbed-bins ## Run every test CI runs (unit, fuzz seed corpora, real-cluster integration and e2e).
+test: testbed-bins prometheus ## Run every test CI runs (unit, fuzz seed corpora, real-cluster integration and e2e).
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TEST_FLAGS) ./pkg/... ./cmd/... ./bench/... ./hack/demo/...
 	$(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./test/...
