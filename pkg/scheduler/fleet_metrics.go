@@ -54,61 +54,23 @@ type modelSums struct {
 	freeCap, frag float64
 }
 
+// cardRow is one card's series values, copied out of the cache.
+type cardRow struct {
+	node, uuid, model, state string
+	numa, cores, held        int
+	mem                      int64
+}
+
 func (a allocation) Collect(ch chan<- prometheus.Metric) {
-	a.c.mu.RLock()
-	defer a.c.mu.RUnlock()
-	models := map[string]*modelSums{}
-	unusable := 0
-	nodeFree := map[string]float64{}
-	for _, n := range a.c.nodes {
-		if n.state == nil {
-			unusable++
-			continue
-		}
-		clear(nodeFree)
-		for i := range n.state.Cards {
-			card := &n.state.Cards[i]
-			labels := []string{n.name, card.UUID, card.Model, strconv.Itoa(card.NUMA)}
-			m := models[card.Model]
-			if m == nil {
-				m = &modelSums{}
-				models[card.Model] = m
-			}
-			state := cardState(card)
-			// A card held whole is reserved whole, whatever the holder's record says of its memory.
-			mem, cores := card.MemMiB, min(card.Cores, 100)
-			if card.Whole > 0 {
-				mem, cores = card.MemoryMiB, 100
-			}
-			if !card.Instance() {
-				m.cards++
-				if state == "free" {
-					m.free++
-				}
-			}
-			if card.Healthy && !card.InMIGMode() {
-				m.mem += card.MemoryMiB
-				m.reserved += min(mem, card.MemoryMiB)
-			}
-			if card.Healthy && !card.InMIGMode() && !card.Instance() {
-				f := card.FreeCapacity()
-				m.measured++
-				m.freeCap += f
-				nodeFree[card.Model] += f
-			}
-			ch <- prometheus.MustNewConstMetric(cardMemDesc, prometheus.GaugeValue, float64(mem), labels...)
-			ch <- prometheus.MustNewConstMetric(cardCoresDesc, prometheus.GaugeValue, float64(cores), labels...)
-			ch <- prometheus.MustNewConstMetric(cardSlotsDesc, prometheus.GaugeValue, float64(card.Held), labels...)
-			ch <- prometheus.MustNewConstMetric(cardStateDesc, prometheus.GaugeValue, 1, append(labels, state)...)
-		}
-		// The node's fragmented capacity goes to its models in proportion to their free capacity
-		// on it (exact for the usual node of one model).
-		frag, free := a.c.mix.Fragmentation(n.state)
-		if free > 0 {
-			for model, f := range nodeFree {
-				models[model].frag += frag * f / free
-			}
-		}
+	// The cache's lock is held only to copy the numbers out; the metrics are made after.
+	rows, models, unusable := a.snapshot()
+	for i := range rows {
+		r := &rows[i]
+		labels := []string{r.node, r.uuid, r.model, strconv.Itoa(r.numa)}
+		ch <- prometheus.MustNewConstMetric(cardMemDesc, prometheus.GaugeValue, float64(r.mem), labels...)
+		ch <- prometheus.MustNewConstMetric(cardCoresDesc, prometheus.GaugeValue, float64(r.cores), labels...)
+		ch <- prometheus.MustNewConstMetric(cardSlotsDesc, prometheus.GaugeValue, float64(r.held), labels...)
+		ch <- prometheus.MustNewConstMetric(cardStateDesc, prometheus.GaugeValue, 1, append(labels, r.state)...)
 	}
 	for model, m := range models {
 		ch <- prometheus.MustNewConstMetric(modelCardsDesc, prometheus.GaugeValue, float64(m.cards), model)
@@ -131,6 +93,62 @@ func (a allocation) Collect(ch chan<- prometheus.Metric) {
 	for class, n := range a.c.pending.counts(a.c.clock.Now()) {
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(n), pendingClasses[class])
 	}
+}
+
+// snapshot copies each card's numbers and the models' sums (with the frag-aware measure of each
+// node under the cache's task mix) out of the cache, and counts the nodes without an inventory.
+func (a allocation) snapshot() (rows []cardRow, models map[string]*modelSums, unusable int) {
+	a.c.mu.RLock()
+	defer a.c.mu.RUnlock()
+	models = map[string]*modelSums{}
+	nodeFree := map[string]float64{}
+	for _, n := range a.c.nodes {
+		if n.state == nil {
+			unusable++
+			continue
+		}
+		clear(nodeFree)
+		for i := range n.state.Cards {
+			card := &n.state.Cards[i]
+			m := models[card.Model]
+			if m == nil {
+				m = &modelSums{}
+				models[card.Model] = m
+			}
+			r := cardRow{node: n.name, uuid: card.UUID, model: card.Model, numa: card.NUMA, state: cardState(card), held: card.Held,
+				// A card held whole is reserved whole, whatever the holder's record says of its memory.
+				mem: card.MemMiB, cores: min(card.Cores, 100)}
+			if card.Whole > 0 {
+				r.mem, r.cores = card.MemoryMiB, 100
+			}
+			rows = append(rows, r)
+			if !card.Instance() {
+				m.cards++
+				if r.state == "free" {
+					m.free++
+				}
+			}
+			if card.Healthy && !card.InMIGMode() {
+				m.mem += card.MemoryMiB
+				m.reserved += min(r.mem, card.MemoryMiB)
+			}
+			if card.Healthy && !card.InMIGMode() && !card.Instance() {
+				f := card.FreeCapacity()
+				m.measured++
+				m.freeCap += f
+				nodeFree[card.Model] += f
+			}
+		}
+		// The node's fragmented capacity goes to its models in proportion to their free capacity
+		// on it (exact for the usual node of one model).
+		frag, free := a.c.mix.Fragmentation(n.state)
+		if free > 0 {
+			for model, f := range nodeFree {
+				models[model].frag += frag * f / free
+			}
+		}
+	}
+	return rows, models, unusable
 }
 
 // cardState is the card's state label.
