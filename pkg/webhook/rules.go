@@ -236,6 +236,7 @@ func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string
 	if !r.placedByCardinal(pod) {
 		return nil, ds.err()
 	}
+	ds.add(ReasonHostMarker, errors.Join(r.hostMarkerRefusals(pod)...))
 	req, reqErr := annotations.ParsePodRequest(pod, r.Resources)
 	ds.add(ReasonInvalidRequest, reqErr)
 	sel, selErr := annotations.ParseSelector(pod.Annotations)

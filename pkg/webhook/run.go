@@ -164,6 +164,8 @@ func Run(ctx context.Context, cfg Config) error {
 	server.Register(Path, NewHandler(rules, nodes, metrics).Webhook(log.WithName("admission")))
 	server.Register(WorkloadsPath, NewWorkloadHandler(rules, nodes, metrics).Webhook(log.WithName("workloads")))
 	server.Register(BindingsPath, NewBindingHandler(rules, cfg.Client.CoreV1(), metrics).Webhook(log.WithName("bindings")))
+	// Always served: the MutatingWebhookConfiguration decides whether any pod is sent here.
+	server.Register(CPUPodsPath, NewCPUPodsHandler(rules, metrics).Webhook(log.WithName("cpu-pods")))
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { nodes.Run(ctx); return nil })
@@ -204,7 +206,7 @@ func Run(ctx context.Context, cfg Config) error {
 		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{}))
 		g.Go(func() error { return serve(ctx, "metrics", cfg.MetricsListen, mux) })
 	}
-	log.Info("Webhook starting", "listen", cfg.Listen, "paths", []string{Path, WorkloadsPath, BindingsPath}, "schedulerName", cfg.SchedulerName,
+	log.Info("Webhook starting", "listen", cfg.Listen, "paths", []string{Path, WorkloadsPath, BindingsPath, CPUPodsPath}, "schedulerName", cfg.SchedulerName,
 		"trustedServiceAccounts", cfg.TrustedServiceAccounts, "deviceEnvNamespaces", cfg.DeviceEnvNamespaces)
 	return g.Wait()
 }
