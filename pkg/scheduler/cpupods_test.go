@@ -94,3 +94,29 @@ func TestPreparePodRoutedCPUOnly(t *testing.T) {
 		t.Errorf("a CPU-only pod without the marker: %v, %v; want nil, nil", p, err)
 	}
 }
+
+// A node without GPUs (no inventory) holds a routed CPU-only pod when its CPU and memory do, with
+// what pods there already hold counted; it still refuses every GPU pod with the inventory reason.
+func TestRoutedCPUOnlyPodsFitNodesWithoutGPUs(t *testing.T) {
+	h := newHarness(t, harnessOptions{}, withAlloc(plainNode("cpu-1"), "8", "16Gi"), withAlloc(plainNode("cpu-2"), "8", "16Gi"),
+		cpuPod("load", "cpu-2", "5", "1Gi"))
+	args := extenderv1.ExtenderArgs{Pod: routedPod("web", "4", "2Gi"), NodeNames: names("cpu-1", "cpu-2")}
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", args))
+	if diff := cmp.Diff([]string{"cpu-1"}, *res.NodeNames); diff != "" {
+		t.Errorf("fit (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"cpu-2": "needs 4000m CPU, node has 3000m free"}, map[string]string(res.FailedNodes)); diff != "" {
+		t.Errorf("failed (-want +got):\n%s", diff)
+	}
+	// The load leaves: cpu-2 holds the pod again.
+	h.cache.DeletePod("uid-load")
+	res = decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", args))
+	if diff := cmp.Diff([]string{"cpu-1", "cpu-2"}, *res.NodeNames); diff != "" {
+		t.Errorf("fit after the load left (-want +got):\n%s", diff)
+	}
+	gpu := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{
+		Pod: gpuPod("train", nil, ctr{name: "m", gpu: 1}), NodeNames: names("cpu-1")}))
+	if len(gpu.FailedAndUnresolvableNodes) != 1 || gpu.NodeNames != nil && len(*gpu.NodeNames) > 0 {
+		t.Errorf("a GPU pod on a node without GPUs: %+v, want refused", gpu)
+	}
+}
