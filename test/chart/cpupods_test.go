@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
@@ -95,5 +97,30 @@ func TestCPUOnlyPodsExtender(t *testing.T) {
 	}
 	if off := schedulerConfig(t, render(t, nil)); len(off.Extenders) != 1 {
 		t.Errorf("without the opt-in: %d extenders, want 1", len(off.Extenders))
+	}
+}
+
+// TestGPUPodTolerations: webhook.gpuPodTolerations reach the webhook as --gpu-pod-tolerations, in a
+// form it parses to the same tolerations; none by default.
+func TestGPUPodTolerations(t *testing.T) {
+	r := render(t, map[string]any{"webhook": map[string]any{"gpuPodTolerations": []any{
+		map[string]any{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+		map[string]any{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute", "tolerationSeconds": 60},
+	}}})
+	args := flagsOf(t, container(t, get[*appsv1.Deployment](t, r, webhookName).Spec.Template.Spec, "webhook").Args)
+	got, err := webhook.ParseTolerations(args["gpu-pod-tolerations"])
+	if err != nil {
+		t.Fatalf("--gpu-pod-tolerations=%s: %v", args["gpu-pod-tolerations"], err)
+	}
+	want := []corev1.Toleration{
+		{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](60)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("tolerations (-want +got):\n%s", diff)
+	}
+	none := flagsOf(t, container(t, get[*appsv1.Deployment](t, render(t, nil), webhookName).Spec.Template.Spec, "webhook").Args)
+	if v, ok := none["gpu-pod-tolerations"]; ok {
+		t.Errorf("default: --gpu-pod-tolerations=%s, want no flag", v)
 	}
 }
