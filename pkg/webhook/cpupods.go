@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -48,10 +49,10 @@ type CPUOnlyPodsOptions struct {
 
 // RouteCPUOnly mutates a CPU-only pod being created in a routed namespace: it names Cardinal's
 // scheduler and its first app container gets annotations.ResourceHostRoute: 0. It reports whether it
-// changed the pod. GPU pods (the pod webhook's), pods naming another scheduler, mirror pods and pods
-// created with spec.nodeName are left alone.
+// changed the pod. GPU pods (the pod webhook's), pods naming another scheduler, mirror pods, pods
+// created with spec.nodeName and DaemonSet pods are left alone (as cpuPodsCondition sends none).
 func (r *Rules) RouteCPUOnly(pod *corev1.Pod) (changed bool) {
-	if r.IsGPUPod(pod) || !r.placedByCardinal(pod) || pod.Spec.NodeName != "" || len(pod.Spec.Containers) == 0 {
+	if r.IsGPUPod(pod) || !r.placedByCardinal(pod) || pod.Spec.NodeName != "" || len(pod.Spec.Containers) == 0 || daemonSetPod(pod) {
 		return false
 	}
 	if pod.Spec.SchedulerName != r.SchedulerName {
@@ -71,6 +72,11 @@ func (r *Rules) RouteCPUOnly(pod *corev1.Pod) (changed bool) {
 		c.Resources.Requests[annotations.ResourceHostRoute] = q
 	}
 	return true
+}
+
+// daemonSetPod reports whether a DaemonSet owns the pod: its node is chosen already.
+func daemonSetPod(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "DaemonSet" })
 }
 
 // hostMarkerRefusals refuses the marker where Cardinal would not have put it: on a GPU pod Cardinal

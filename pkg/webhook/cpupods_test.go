@@ -56,6 +56,11 @@ func TestRouteCPUOnly(t *testing.T) {
 		name: "a pod created on its node",
 		pod:  newPod(nodeName("cpu-1"), containers(ctr("web"))),
 	}, {
+		name: "a DaemonSet's pod",
+		pod: newPod(containers(ctr("agent")), func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "1"}}
+		}),
+	}, {
 		name: "a mirror pod",
 		pod:  newPod(mirror, containers(ctr("web"))),
 	}} {
