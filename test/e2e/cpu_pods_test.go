@@ -110,7 +110,7 @@ func TestCPUOnlyPods(t *testing.T) {
 	stack.Wait(t, apiTimeout, "the API server to drop the routing webhook", func() (bool, string, error) {
 		p, err := client.CoreV1().Pods(routedNS).Create(context.Background(), cpuOnly("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
-			return false, err.Error(), nil
+			return false, "", err
 		}
 		return p.Spec.SchedulerName == corev1.DefaultSchedulerName, "still routed", nil
 	})
