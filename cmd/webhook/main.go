@@ -31,9 +31,14 @@ memory no known card can hold, pods carrying Cardinal's internal annotations, up
 anyone but --trusted-service-accounts (pods/status included), and pods (GPU or not, outside
 --device-env-namespaces) whose containers set a device variable; it warns when no known card matches
 a pod's selectors. Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs whose pod
-template those rules refuse are refused too. A Binding of a pod that names Cardinal's scheduler, or
+template those rules refuse are refused too. A Binding of a GPU pod that names Cardinal's scheduler, or
 carrying a cardinal.io/ key, by anyone but --trusted-service-accounts is refused (it reads the pod:
-get on pods). It watches Nodes (list/watch) for their card inventory.
+get on pods). It watches Nodes (list/watch) for their card inventory. GPU pods get
+--gpu-pod-tolerations (for GPU nodes tainted to keep other pods off).
+
+CPU-only pods: where the MutatingWebhookConfiguration sends them (the chart's webhook.cpuOnlyPods),
+pods that ask for no GPU get Cardinal's scheduler and the marker cardinal.io/host: 0, so that its
+extender places them where they strand no card.
 
 Register it with the Mutating- and ValidatingWebhookConfiguration of pkg/webhook (the chart ships
 them).
@@ -66,7 +71,7 @@ func run() error {
 		fmt.Fprint(os.Stderr, help)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); pods are admitted at "+webhook.Path+", workloads at "+webhook.WorkloadsPath+", Bindings at "+webhook.BindingsPath)
+	fs.StringVar(&cfg.Listen, "listen", ":9443", "TLS address the apiserver calls (host:port); pods are admitted at "+webhook.Path+", workloads at "+webhook.WorkloadsPath+", Bindings at "+webhook.BindingsPath+", CPU-only pods routed at "+webhook.CPUPodsPath)
 	fs.StringVar(&cfg.CertDir, "cert-dir", "/etc/cardinal/webhook/certs", "folder holding tls.crt and tls.key for --listen; reloaded when they change (unused with --cert-secret)")
 	fs.StringVar(&cfg.HealthListen, "health-listen", ":8081", "address of /healthz and /readyz (ready once serving and the nodes are listed); empty disables")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":8080", "address of /metrics (admission latency, decisions by outcome); empty disables")
@@ -76,6 +81,9 @@ func run() error {
 		"comma list of system:serviceaccount:<namespace>:<name> allowed to add, change or remove Cardinal's internal pod annotations (the extender's and the device plugin's)")
 	fs.StringSliceVar(&cfg.DeviceEnvNamespaces, "device-env-namespaces", webhook.DefaultDeviceEnvNamespaces(),
 		"comma list of namespaces whose pods may set the device variables ("+strings.Join(webhook.DeviceEnvNames(), ", ")+"); empty: none")
+	var tolerations string
+	fs.StringVar(&tolerations, "gpu-pod-tolerations", "",
+		`JSON list of tolerations added to every GPU pod Cardinal places, e.g. [{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}]; empty: none`)
 	certCfg.AddFlags(fs)
 	logOpts.AddFlags(fs)
 	cfg.Resources.AddFlags(fs)
@@ -84,6 +92,10 @@ func run() error {
 			return nil
 		}
 		return err
+	}
+	var err error
+	if cfg.GPUPodTolerations, err = webhook.ParseTolerations(tolerations); err != nil {
+		return fmt.Errorf("--gpu-pod-tolerations: %w", err)
 	}
 	log, err := logging.New(logOpts)
 	if err != nil {

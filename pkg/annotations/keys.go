@@ -27,7 +27,31 @@ const (
 	// nvidia.com/gpu: 0, which the kubelet refuses on a node whose cards are all in MIG mode ("no
 	// healthy devices present").
 	ResourceMIGRoute corev1.ResourceName = "cardinal.io/mig"
+	// ResourceHostRoute is the marker the webhook gives, at 0, to the first app container of a pod
+	// that asks for no GPU, MIG instance or share of a card when the operator routes such pods
+	// through Cardinal (the chart's webhook.cpuOnlyPods): kube-scheduler calls an extender only for
+	// pods naming one of its managedResources, and the chart lists this one, ignored by
+	// kube-scheduler's own fit, on an extender entry of its own that is ignorable and does not bind,
+	// so such a pod still schedules while the extender is down. No node advertises it, so the kubelet
+	// drops it at admission and no device plugin is asked for it.
+	ResourceHostRoute corev1.ResourceName = "cardinal.io/host"
 )
+
+// HostRouted reports whether some container of the pod, init containers included, names
+// ResourceHostRoute in its limits or requests, whatever the value.
+func HostRouted(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Limits[ResourceHostRoute]; ok {
+				return true
+			}
+			if _, ok := cs[i].Resources.Requests[ResourceHostRoute]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Pod annotations a user writes.
 const (

@@ -153,7 +153,7 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 	for _, r := range DefaultResourceNames().All() {
 		resources = append(resources, string(r))
 	}
-	resources = append(resources, string(ResourceMIGRoute))
+	resources = append(resources, string(ResourceMIGRoute), string(ResourceHostRoute))
 	want := map[string][]string{resourceTable: resources, podTable: UserKeys, internalTable: InternalKeys}
 	if diff := cmp.Diff(want, tables); diff != "" {
 		t.Errorf("README contract tables (first column, in order) differ from the constants (-code +README):\n%s", diff)

@@ -115,6 +115,10 @@ type nodeEntry struct {
 	soft *softNode
 	// cpu is what the cache knows of the exclusive CPUs on the node (numacpus.go).
 	cpu nodeCPUs
+	// plain is, for a node without an inventory (no GPUs), a state without cards that holds its
+	// CPU and memory, so that a routed CPU-only pod can be decided there (cpupods.go); nil
+	// otherwise. state stays nil: every GPU pod is refused there with reason.
+	plain *core.NodeState
 }
 
 // Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
@@ -206,6 +210,12 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	c.setSoft(n, soft)
 	n.cpu.listed = listed
 	defer c.refreshCPUs(n)
+	n.plain = nil
+	if reason != nil && reason.Kind == core.ReasonNoInventory {
+		n.plain = core.NewNodeState(node.Name, annotations.Inventory{})
+		n.plain.SetHost(cpu, mem)
+		n.plain.HoldHost(n.host)
+	}
 	if state != nil && n.state != nil && sameCards(n.state, state) {
 		if h := &n.state.Host; h.AllocCPUMilli != cpu || h.AllocMemMiB != mem {
 			n.state.SetHost(cpu, mem)
@@ -247,7 +257,7 @@ func (c *Cache) DeleteNode(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n, ok := c.nodes[name]; ok {
-		n.state, n.reason = nil, &core.Reason{Kind: core.ReasonUnknownNode}
+		n.state, n.reason, n.plain = nil, &core.Reason{Kind: core.ReasonUnknownNode}, nil
 		c.setSoft(n, nil)
 		if len(n.pods) == 0 && n.hostPods == 0 {
 			delete(c.nodes, name)
@@ -682,6 +692,11 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 		switch {
 		case !ok:
 			v.Reason = unknownNode
+		case n.state == nil && n.plain != nil && p.Request.Empty():
+			v.gen = n.gen
+			if v.Score, v.Reason = c.decidePlain(n, p, &s); v.Reason == nil {
+				free = true
+			}
 		case n.state == nil:
 			v.Reason, v.gen = n.reason, n.gen
 		default:

@@ -97,6 +97,10 @@ func (c *Cache) setHost(uid types.UID, rec hostRecord, ok bool) {
 				n.state.UnholdHost(old.req)
 				c.bump(n)
 			}
+			if n.plain != nil {
+				n.plain.UnholdHost(old.req)
+				c.bump(n)
+			}
 		}
 	}
 	if ok {
@@ -107,6 +111,10 @@ func (c *Cache) setHost(uid types.UID, rec hostRecord, ok bool) {
 		n.hostPods++
 		if n.state != nil {
 			n.state.HoldHost(rec.req)
+			c.bump(n)
+		}
+		if n.plain != nil {
+			n.plain.HoldHost(rec.req)
 			c.bump(n)
 		}
 	}

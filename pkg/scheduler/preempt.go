@@ -133,8 +133,8 @@ func (c *Cache) setNominee(pod *corev1.Pod, node string) {
 	nm := &nominee{uid: pod.UID, node: node, priority: corev1helpers.PodPriority(pod), raw: pod}
 	if pp.prepare != nil {
 		p, err := pp.prepare(pod)
-		if err != nil || p == nil {
-			return // no GPUs, or a request Cardinal cannot read: it holds no cards anywhere
+		if err != nil || p == nil || p.Request.Empty() {
+			return // no GPUs (a routed CPU-only pod), or a request Cardinal cannot read: it holds no cards anywhere
 		}
 		nm.pod = p
 	}
@@ -701,7 +701,9 @@ func (s *Server) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptio
 		log.Info("preempt: pod request unreadable; no node", logging.KeyReason, err.Error())
 		return res
 	}
-	if p == nil {
+	if p == nil || p.Request.Empty() {
+		// No GPUs: kube-scheduler's own victims stand (the chart asks no preemption for a routed
+		// CPU-only pod; this serves a configuration that does).
 		s.metrics.requests.WithLabelValues("preempt", "passthrough").Inc()
 		for node, prop := range proposals {
 			if len(prop.Victims) > 0 {

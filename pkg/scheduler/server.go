@@ -256,13 +256,16 @@ func decodeBody[In any](w http.ResponseWriter, r *http.Request, limit int64) (*I
 
 // prepare reads a pod's GPU request and selector, and its effective CPU and memory request (which
 // Fit checks against the node's known allocatable CPU and memory, as kube-scheduler does, and which
-// frag-aware weighs). It returns nil, nil for a pod without GPU requests.
+// frag-aware weighs). A pod without GPU requests that carries the webhook's marker
+// annotations.ResourceHostRoute (a CPU-only pod routed through Cardinal) is prepared with an empty
+// request: the policy places it by what it leaves of each node's cards. Any other pod without GPU
+// requests gives nil, nil.
 func (s *Server) prepare(pod *corev1.Pod) (*core.Pod, error) {
 	req, err := annotations.ParsePodRequest(pod, s.names)
 	if err != nil {
 		return nil, err
 	}
-	if req.Empty() {
+	if req.Empty() && !annotations.HostRouted(pod) {
 		return nil, nil
 	}
 	// QoS and whole CPUs per container: what the kubelet's CPU manager and TopologyManager see.
@@ -515,7 +518,10 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		s.event(pod, err)
 		return "error", fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	if p == nil {
+	if p == nil || p.Request.Empty() {
+		// No card to choose, hold or record: a CPU-only pod is bound as kube-scheduler would bind
+		// it (the chart's profile binds it with kube-scheduler's own binder; this serves a
+		// configuration that sends it here).
 		if err := s.postBinding(ctx, pod, args.Node, nil); err != nil {
 			return "error", err
 		}

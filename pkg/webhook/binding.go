@@ -28,7 +28,7 @@ import (
 //   - a Binding carrying a cardinal.io/ key (annotation or label) from anyone but Cardinal's service
 //     accounts is refused by a ValidatingAdmissionPolicy (BindingPolicy): in the apiserver itself, so
 //     it holds whether or not the webhook runs, and Cardinal's own binds never wait on it;
-//   - a Binding of a pod that names Cardinal's scheduler, from anyone else, is refused by the webhook
+//   - a Binding of a GPU pod that names Cardinal's scheduler, from anyone else, is refused by the webhook
 //     (BindingHandler, bindings.webhook.cardinal.io). A policy cannot do this: it sees the Binding
 //     (object) and nothing of the pod it binds (oldObject is null on a create, and params are fixed
 //     objects chosen by the policy binding, not by the request). The webhook reads the pod. Its
@@ -71,7 +71,9 @@ func (r *Rules) ValidateBinding(binding *corev1.Binding, pod *corev1.Pod, userna
 				field.name, k, KeyPrefix, username))
 		}
 	}
-	if pod != nil && pod.Spec.SchedulerName == r.SchedulerName {
+	// A pod that asks for no GPU gets no card whoever binds it: a CPU-only pod routed through
+	// Cardinal (cpupods.go) is bound by kube-scheduler's own binder.
+	if pod != nil && pod.Spec.SchedulerName == r.SchedulerName && r.IsGPUPod(pod) {
 		ds.add(ReasonForeignBinding, fmt.Errorf("pod %s/%s names scheduler %q: only Cardinal binds it, after choosing its cards and writing %s; %q may not bind it",
 			pod.Namespace, pod.Name, r.SchedulerName, annotations.GPUAssignment, username))
 	}

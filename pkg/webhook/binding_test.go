@@ -65,6 +65,10 @@ func TestValidateBinding(t *testing.T) {
 			`pod ns/p names scheduler "cardinal-scheduler": only Cardinal binds it, after choosing its cards and writing cardinal.io/gpu-assignment; "alice" may not bind it`,
 		}},
 	}, {
+		name:    "a CPU-only pod routed through Cardinal is bound by kube-scheduler's own binder",
+		binding: newBinding("p", nil, nil),
+		pod:     newPod(scheduler("cardinal-scheduler"), containers(ctr("web", "cardinal.io/host", "0"))), user: "system:admin",
+	}, {
 		name:    "a pod that does not exist is the apiserver's to refuse",
 		binding: newBinding("p", nil, nil),
 		user:    "alice",

@@ -47,6 +47,9 @@ type ConfigurationOptions struct {
 	UncheckedBinders []string
 	// TimeoutSeconds bounds one call; the decision takes well under a millisecond.
 	TimeoutSeconds int32
+	// CPUOnlyPods, when set, adds the webhook that routes the CPU-only pods it selects through
+	// Cardinal (cpuPodsWebhook); nil: CPU-only pods are never sent (the default).
+	CPUOnlyPods *CPUOnlyPodsOptions
 }
 
 // DefaultConfigurationOptions are the values the chart uses, less the service's namespace, the CA
@@ -80,6 +83,9 @@ func DefaultConfigurationOptions() ConfigurationOptions {
 //
 // There is no objectSelector: pod labels are the pod author's to set, so a label that turned the
 // webhook off would let anyone skip the internal-annotation check.
+//
+// With o.CPUOnlyPods set, a second webhook routes the CPU-only pods it selects through Cardinal
+// (cpupods.go); it fails open, and its selectors only choose which pods get Cardinal's placement.
 func MutatingWebhookConfiguration(o ConfigurationOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -90,7 +96,7 @@ func MutatingWebhookConfiguration(o ConfigurationOptions) (*admissionregistratio
 	equivalent := admissionregistrationv1.Equivalent
 	scope := admissionregistrationv1.NamespacedScope
 	timeout := o.TimeoutSeconds
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
@@ -116,7 +122,11 @@ func MutatingWebhookConfiguration(o ConfigurationOptions) (*admissionregistratio
 			AdmissionReviewVersions: []string{"v1"},
 			ReinvocationPolicy:      &reinvoke,
 		}},
-	}, nil
+	}
+	if o.CPUOnlyPods != nil {
+		cfg.Webhooks = append(cfg.Webhooks, o.cpuPodsWebhook())
+	}
+	return cfg, nil
 }
 
 // ValidatingWebhookConfiguration returns the configuration of the workload webhook (WorkloadHandler):

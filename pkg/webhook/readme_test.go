@@ -59,8 +59,12 @@ func TestREADMEMessages(t *testing.T) {
 		{newPod(main("nvidia.com/mig-3g.40gb", "1")), twoA100},
 		{newPod(containers(withEnv(ctr("main"), "NVIDIA_VISIBLE_DEVICES"))), cards},
 		{newPod(containers(withEnvFrom(ctr("main"), "NVIDIA_", "settings"))), cards},
+		{newPod(containers(ctr("train", "nvidia.com/gpu", "1", "cardinal.io/host", "0"))), cards},
 	} {
 		add(r.ValidateCreate(c.pod, c.cards))
+	}
+	for _, err := range r.hostMarkerRefusals(newPod(containers(ctr("web", "cardinal.io/host", "2")))) {
+		messages = append(messages, err.Error())
 	}
 	_, defaulted := r.Default(newPod(main("nvidia.com/gpumem", "1024")))
 	messages = append(messages, defaulted...)
@@ -76,8 +80,8 @@ func TestREADMEMessages(t *testing.T) {
 	forged := &corev1.Binding{}
 	forged.Annotations = map[string]string{annotations.GPUAssignment: "{}"}
 	add(nil, r.ValidateBinding(forged, nil, "system:serviceaccount:team:volcano"))
-	if len(messages) != 24 {
-		t.Fatalf("got %d messages, want 24: %q", len(messages), messages)
+	if len(messages) != 26 {
+		t.Fatalf("got %d messages, want 26: %q", len(messages), messages)
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {

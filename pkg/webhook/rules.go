@@ -86,6 +86,8 @@ type Rules struct {
 	TrustedUsers []string
 	// DeviceEnvNamespaces may set the device variables (deviceVars) in their pods.
 	DeviceEnvNamespaces []string
+	// GPUTolerations are added to every GPU pod Cardinal places (tolerations.go); nil: none.
+	GPUTolerations []corev1.Toleration
 }
 
 // IsGPUPod reports whether any container, init containers included, names a managed resource.
@@ -113,13 +115,16 @@ func (r *Rules) placedByCardinal(pod *corev1.Pod) bool {
 // naming another scheduler and mirror pods are left alone. A container that asks for MIG instances
 // gets the marker annotations.ResourceMIGRoute: 0, so that kube-scheduler calls Cardinal's extender
 // for the pod (its managedResources are exact names; no list of MIG profiles made in advance would
-// hold every card's).
+// hold every card's). It adds GPUTolerations the pod lacks.
 func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
 		return false, nil
 	}
 	if pod.Spec.SchedulerName != r.SchedulerName {
 		pod.Spec.SchedulerName = r.SchedulerName
+		changed = true
+	}
+	if addTolerations(pod, r.GPUTolerations) {
 		changed = true
 	}
 	setCount := func(c *corev1.Container, name corev1.ResourceName, n string) {
@@ -236,6 +241,7 @@ func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string
 	if !r.placedByCardinal(pod) {
 		return nil, ds.err()
 	}
+	ds.add(ReasonHostMarker, errors.Join(r.hostMarkerRefusals(pod)...))
 	req, reqErr := annotations.ParsePodRequest(pod, r.Resources)
 	ds.add(ReasonInvalidRequest, reqErr)
 	sel, selErr := annotations.ParseSelector(pod.Annotations)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -51,6 +52,8 @@ type Config struct {
 	DeviceEnvNamespaces []string
 	// Resources are the managed resource names.
 	Resources annotations.ResourceNames
+	// GPUPodTolerations are added to every GPU pod Cardinal places (see ParseTolerations); nil: none.
+	GPUPodTolerations []corev1.Toleration
 	// Client watches Nodes for their card inventory.
 	Client kubernetes.Interface
 	// Logger is the base logger.
@@ -88,6 +91,11 @@ func (c *Config) validate() error {
 	}
 	if err := c.Resources.Validate(); err != nil {
 		return fmt.Errorf("--resource-*: %w", err)
+	}
+	for i := range c.GPUPodTolerations {
+		if err := validToleration(&c.GPUPodTolerations[i]); err != nil {
+			return fmt.Errorf("--gpu-pod-tolerations: [%d]: %w", i, err)
+		}
 	}
 	if c.Certificates != nil {
 		cc := c.certificates()
@@ -149,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	rules := &Rules{SchedulerName: cfg.SchedulerName, Resources: cfg.Resources, TrustedUsers: cfg.TrustedServiceAccounts,
-		DeviceEnvNamespaces: cfg.DeviceEnvNamespaces}
+		DeviceEnvNamespaces: cfg.DeviceEnvNamespaces, GPUTolerations: cfg.GPUPodTolerations}
 	host, port, _ := splitHostPort(cfg.Listen)
 	opts := crwebhook.Options{Host: host, Port: port, CertDir: cfg.CertDir}
 	var rotator *certs.Rotator
@@ -164,6 +172,8 @@ func Run(ctx context.Context, cfg Config) error {
 	server.Register(Path, NewHandler(rules, nodes, metrics).Webhook(log.WithName("admission")))
 	server.Register(WorkloadsPath, NewWorkloadHandler(rules, nodes, metrics).Webhook(log.WithName("workloads")))
 	server.Register(BindingsPath, NewBindingHandler(rules, cfg.Client.CoreV1(), metrics).Webhook(log.WithName("bindings")))
+	// Always served: the MutatingWebhookConfiguration decides whether any pod is sent here.
+	server.Register(CPUPodsPath, NewCPUPodsHandler(rules, metrics).Webhook(log.WithName("cpu-pods")))
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { nodes.Run(ctx); return nil })
@@ -204,7 +214,7 @@ func Run(ctx context.Context, cfg Config) error {
 		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{}))
 		g.Go(func() error { return serve(ctx, "metrics", cfg.MetricsListen, mux) })
 	}
-	log.Info("Webhook starting", "listen", cfg.Listen, "paths", []string{Path, WorkloadsPath, BindingsPath}, "schedulerName", cfg.SchedulerName,
+	log.Info("Webhook starting", "listen", cfg.Listen, "paths", []string{Path, WorkloadsPath, BindingsPath, CPUPodsPath}, "schedulerName", cfg.SchedulerName,
 		"trustedServiceAccounts", cfg.TrustedServiceAccounts, "deviceEnvNamespaces", cfg.DeviceEnvNamespaces)
 	return g.Wait()
 }

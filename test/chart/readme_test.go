@@ -14,7 +14,7 @@ import (
 // key itself, not what is inside.
 var opaque = []string{"resources", "podSecurityContext", "securityContext", "nodeSelector", "tolerations", "affinity",
 	"podAnnotations", "podLabels", "annotations", "labels", "config", "issuerRef", "extraArgs", "imagePullSecrets",
-	"trustedServiceAccounts", "namespaceSelectorExpressions"}
+	"trustedServiceAccounts", "namespaceSelectorExpressions", "namespaceSelector", "objectSelector", "gpuPodTolerations"}
 
 // valuePaths lists the dotted paths of values.yaml a reader can set.
 func valuePaths(prefix string, v any, out *[]string) {

@@ -43,7 +43,7 @@ const (
 var agreedFlags = map[string][]string{
 	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl",
 		"require-enforced-sharing", "filter-shortlist"},
-	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces",
+	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces", "gpu-pod-tolerations",
 		"cert-secret", "cert-namespace", "webhook-configuration", "cert-hosts", "cert-lifetime", "ca-lifetime", "cert-check-interval"},
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "scheduler-name", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",

@@ -41,8 +41,8 @@ const componentLabel = "app.kubernetes.io/component"
 const tokenLifetime = 24 * time.Hour
 
 // helmInstall installs charts/cardinal into Namespace with the values that point the scheduler at
-// the extender on the host and the API server at the webhook on the host.
-func (s *Stack) helmInstall(t cluster.TB, extenderURL, webhookURL string, caPEM []byte) error {
+// the extender on the host and the API server at the webhook on the host, and extra over them.
+func (s *Stack) helmInstall(t cluster.TB, extenderURL, webhookURL string, caPEM []byte, extra map[string]any) error {
 	t.Helper()
 	values := map[string]any{
 		"scheduler": map[string]any{"extender": map[string]any{"urlPrefix": extenderURL}},
@@ -51,6 +51,7 @@ func (s *Stack) helmInstall(t cluster.TB, extenderURL, webhookURL string, caPEM 
 			"caBundle": base64.StdEncoding.EncodeToString(caPEM),
 		}},
 	}
+	mergeValues(values, extra)
 	b, err := yaml.Marshal(values)
 	if err != nil {
 		return err
@@ -76,6 +77,19 @@ func (s *Stack) helmInstall(t cluster.TB, extenderURL, webhookURL string, caPEM 
 		return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
 	return nil
+}
+
+// mergeValues sets every value of extra in values, descending into maps both have.
+func mergeValues(values, extra map[string]any) {
+	for k, v := range extra {
+		sub, isMap := v.(map[string]any)
+		have, hasMap := values[k].(map[string]any)
+		if isMap && hasMap {
+			mergeValues(have, sub)
+			continue
+		}
+		values[k] = v
+	}
 }
 
 // accounts are the chart's ServiceAccounts, by component.

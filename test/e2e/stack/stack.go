@@ -86,6 +86,9 @@ type Options struct {
 	// KubeletPoll is the plugin's --kubelet-poll-interval on nodes whose kubelet it reports
 	// (NodeSpec.Kubelet); 0 means 1s.
 	KubeletPoll time.Duration
+	// ChartValues are more values for `helm install` (e.g. {"webhook": {"cpuOnlyPods": {"enabled":
+	// true}}}), merged key by key over the ones the stack sets.
+	ChartValues map[string]any
 }
 
 func (o *Options) defaults() {
@@ -229,7 +232,7 @@ func Start(t cluster.TB, o Options) *Stack {
 		t.Fatalf("webhook certificate: %v", err)
 	}
 	webhookURL := "https://127.0.0.1:" + strconv.Itoa(whPort) + webhookPath
-	if err := s.helmInstall(t, s.ExtenderURL, webhookURL, caPEM); err != nil {
+	if err := s.helmInstall(t, s.ExtenderURL, webhookURL, caPEM, o.ChartValues); err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)

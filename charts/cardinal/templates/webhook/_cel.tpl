@@ -59,6 +59,11 @@ compares the rendering with the package's. Each piece mirrors the Go function na
 {{- printf "request.operation == 'CREATE' ? (%[1]s || %[2]s || %[3]s) : (%[4]s || ((%[1]s) && %[5]s) || (request.subResource == 'ephemeralcontainers' && %[3]s))" $gpu (include "cardinal.webhook.celCarries" "object") $env $internal $user -}}
 {{- end -}}
 
+{{/* The CPU-only routing webhook's matchCondition (cpuPodsCondition). */}}
+{{- define "cardinal.webhook.celCPUPods" -}}
+{{- printf "!(%s) && (!has(object.spec.schedulerName) || object.spec.schedulerName == 'default-scheduler') && (!has(object.spec.nodeName) || object.spec.nodeName == '') && !(has(object.metadata.annotations) && 'kubernetes.io/config.mirror' in object.metadata.annotations) && !(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'DaemonSet'))" (include "cardinal.webhook.celGPU" (dict "root" . "obj" "object")) -}}
+{{- end -}}
+
 {{/* The workload webhook's matchCondition (workloadConditions). */}}
 {{- define "cardinal.webhook.celWorkloads" -}}
 {{- $tpl := "[has(%[1]s.spec.jobTemplate) ? %[1]s.spec.jobTemplate.spec.template : %[1]s.spec.template]" -}}
