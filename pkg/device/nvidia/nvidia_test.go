@@ -37,7 +37,9 @@ func TestDiscoverDGXA100(t *testing.T) {
 		d := d.(*dgxa100.Device)
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 			var p nvml.PciInfo
-			copy(p.BusId[:], strings.ToUpper("0000"+d.PciBusID))
+			for i, c := range []byte(strings.ToUpper("0000" + d.PciBusID)) {
+				p.BusId[i] = int8(c)
+			}
 			return p, nvml.SUCCESS
 		}
 	}
