@@ -102,6 +102,12 @@ type SharingConfig struct {
 	HAMiCoreLockDir string
 	// CheckInterval is how often the mode's enforcement is checked (mps, hami-core).
 	CheckInterval time.Duration
+	// KernelMemoryLimits: where the node's driver and kernel offer per-cgroup GPU memory limits, set
+	// the pod's limit on each card before a shared container starts (memlimits.go), in every mode.
+	KernelMemoryLimits bool
+	// CgroupRoot is the host's cgroup v2 hierarchy as the plugin sees it (pods' cgroups are found
+	// there, and their paths handed to NVML).
+	CgroupRoot string
 }
 
 // DefaultSharingConfig is mode none with the chart's host paths.
@@ -114,6 +120,8 @@ func DefaultSharingConfig() SharingConfig {
 		HAMiCorePreloadDir: "/var/lib/cardinal/hami-core",
 		HAMiCoreLockDir:    "/tmp/vgpulock",
 		CheckInterval:      5 * time.Second,
+		KernelMemoryLimits: true,
+		CgroupRoot:         "/sys/fs/cgroup",
 	}
 }
 
@@ -127,15 +135,23 @@ func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HAMiCoreLibrary, "hami-core-library", c.HAMiCoreLibrary, "hami-core: HAMi-core's libvgpu.so on the host (read by the plugin at this path; mounted at "+HAMiCoreContainerLibrary+" in shared containers)")
 	fs.StringVar(&c.HAMiCorePreloadDir, "hami-core-preload-dir", c.HAMiCorePreloadDir, "hami-core: host folder the plugin writes "+PreloadFile+" into (mounted at "+ContainerPreload+" in shared containers)")
 	fs.StringVar(&c.HAMiCoreLockDir, "hami-core-lock-dir", c.HAMiCoreLockDir, "hami-core: host folder of HAMi-core's node-wide lock files, mounted at "+HAMiCoreContainerLockDir+" in shared containers (created mode 1777 at start)")
+	fs.BoolVar(&c.KernelMemoryLimits, "kernel-memory-limits", c.KernelMemoryLimits, "where the NVIDIA driver (r615+) and the kernel offer per-cgroup GPU memory limits (cgroup v2; the dmem controller "+
+		"from Linux 6.14, else the driver's own backend), cap each pod's memory on the cards its shared containers hold at their reservation, before they start (any --sharing-mode); detected at start, published in the inventory")
+	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "the host's cgroup v2 hierarchy as the plugin sees it, where pods' cgroups are found for --kernel-memory-limits")
 	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the MPS daemon (its socket, and its ready file naming --shares) or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
 }
 
 // Validate reports the settings the plugin cannot use, naming their flags.
 func (c SharingConfig) Validate() error {
 	var errs []error
+	if c.KernelMemoryLimits {
+		if err := checkCgroupRoot(c.CgroupRoot); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	switch c.Mode {
 	case annotations.SharingNone:
-		return nil
+		return errors.Join(errs...)
 	case annotations.SharingMPS:
 		if !filepath.IsAbs(c.MPSPipeDir) {
 			errs = append(errs, fmt.Errorf("--mps-pipe-dir: %q is not an absolute path", c.MPSPipeDir))

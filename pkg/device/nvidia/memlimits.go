@@ -43,6 +43,10 @@ func DetectMemoryLimits(lib Library, symbols SymbolLookup, cards []Card, cgroupR
 	if symbols == nil {
 		return "", "the NVML library cannot say whether it has per-cgroup memory limits (simulated NVML)"
 	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return "", fmt.Sprintf("init NVML: %v", ret)
+	}
+	defer func() { _ = lib.Shutdown() }()
 	if err := symbols.LookupSymbol(setMemoryLimitsSymbol); err != nil {
 		return "", fmt.Sprintf("the NVIDIA driver has no per-cgroup memory limits (%s: %v; driver r615 or later)", setMemoryLimitsSymbol, err)
 	}
@@ -113,6 +117,10 @@ func (m *MemoryLimits) Set(cgroup, uuid string, bytes uint64) error {
 	if !ok {
 		return fmt.Errorf("memory limit on %s: %w", uuid, ErrUnknownCard)
 	}
+	if ret := m.lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("memory limit on %s: init NVML: %w", uuid, ret)
+	}
+	defer func() { _ = m.lib.Shutdown() }()
 	d, ret := m.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("memory limit on %s: get handle: %w", uuid, ret)

@@ -37,12 +37,15 @@ func limitLib(getRet nvml.Return, calls *[]string) *mock.Interface {
 		}
 	}
 	devs := []nvml.Device{dev(0), dev(1)}
-	return &mock.Interface{DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
-		if i < 0 || i >= len(devs) {
-			return nil, nvml.ERROR_INVALID_ARGUMENT
-		}
-		return devs[i], nvml.SUCCESS
-	}}
+	return &mock.Interface{
+		InitFunc:     func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc: func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
+			if i < 0 || i >= len(devs) {
+				return nil, nvml.ERROR_INVALID_ARGUMENT
+			}
+			return devs[i], nvml.SUCCESS
+		}}
 }
 
 func cgroupRoot(t *testing.T, v2 bool, capacity string) string {
