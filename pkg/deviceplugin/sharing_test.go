@@ -333,10 +333,14 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 	c := DefaultSharingConfig()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	c.AddFlags(fs)
-	if err := fs.Parse([]string{"--sharing-mode=mps", "--mps-pipe-dir=/p", "--mps-shm-dir=", "--sharing-check-interval=1s"}); err != nil {
+	if !c.KernelMemoryLimits || c.CgroupRoot != "/sys/fs/cgroup" {
+		t.Fatalf("defaults %+v: kernel memory limits on, under /sys/fs/cgroup", c)
+	}
+	if err := fs.Parse([]string{"--sharing-mode=mps", "--mps-pipe-dir=/p", "--mps-shm-dir=", "--sharing-check-interval=1s",
+		"--kernel-memory-limits=false", "--cgroup-root=/host/sys/fs/cgroup"}); err != nil {
 		t.Fatal(err)
 	}
-	if c.Mode != "mps" || c.MPSPipeDir != "/p" || c.MPSShmDir != "" || c.CheckInterval != time.Second {
+	if c.Mode != "mps" || c.MPSPipeDir != "/p" || c.MPSShmDir != "" || c.CheckInterval != time.Second || c.KernelMemoryLimits || c.CgroupRoot != "/host/sys/fs/cgroup" {
 		t.Fatalf("parsed %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -353,6 +357,7 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCorePreloadDir = "" }, "--hami-core-preload-dir"},
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCoreLockDir = "tmp/vgpulock" }, "--hami-core-lock-dir"},
 		{func(c *SharingConfig) { c.Mode = "mps"; c.CheckInterval = 0 }, "--sharing-check-interval"},
+		{func(c *SharingConfig) { c.CgroupRoot = "sys/fs/cgroup" }, `--cgroup-root: "sys/fs/cgroup" is not an absolute path`}, // also in mode none
 	} {
 		c := DefaultSharingConfig()
 		tt.mutate(&c)
