@@ -107,7 +107,7 @@ func TestPreStartCapsThePodAtItsSharedReservationPerCard(t *testing.T) {
 			root := t.TempDir()
 			mkdirs(t, root, layout.dirs...)
 			lim := &fakeLimiter{}
-			p := limitsPlugin(t, mpsConfig(), lim, nvidia.MemoryLimitsDmem, root)
+			p := limitsPlugin(t, hamiConfig(), lim, nvidia.MemoryLimitsDmem, root)
 			// Two app containers share card 0 (10000 + 15000 MiB) and one of them card 1 too; an
 			// init container takes 30000 MiB of card 0 before them; a whole card (2) is no share.
 			p.UpsertPod(newPod("train",

@@ -502,6 +502,9 @@ func (p *Plugin) serveLocked(res corev1.ResourceName, holders []holder, req *plu
 				}
 			}
 		}
+		if aerr == nil && p.sharing.Mode == annotations.SharingMPS {
+			aerr = overMPSSlot(p.table, o, p.names, p.table.shares)
+		}
 		if aerr != nil {
 			if aerr.Admitted != nil {
 				// The kubelet fails the pod's admission (UnexpectedAdmissionError) and never admits

@@ -83,6 +83,42 @@ func (p *Plugin) otherTenant(pod *podEntry) *podEntry {
 	return found
 }
 
+// ReasonMPSSlot: the container shares its cards in mode mps and reserves more memory on a card than
+// one share slot's (the card's memory ÷ shares). The node's MPS daemon gives every client one slot
+// by default (charts/cardinal/files/mps-daemon.sh); that a client's own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+// can raise it is stated nowhere in NVIDIA's documentation, and if it could, any client could, and
+// the default would hold nobody. So an mps node serves reservations of at most one slot per card:
+// a larger one is refused rather than started with less memory than it reserved.
+const ReasonMPSSlot Reason = "mps-slot"
+
+// overMPSSlot returns a refusal when a shared container in mode mps reserves more than one slot's
+// memory on one of its cards (nil otherwise). shares is the node's slot count (1: no daemon limit).
+func overMPSSlot(t *deviceTable, o outcome, names annotations.ResourceNames, shares int) *AllocateError {
+	if shares <= 1 || !shared(o) {
+		return nil
+	}
+	req := o.Owner.Pod.Requests[o.Owner.Name]
+	for _, c := range t.cardsOf(o.IDs) {
+		mem, slot := req.MemoryOn(c.MemoryMiB), c.MemoryMiB/int64(shares)
+		if mem <= slot {
+			continue
+		}
+		field := fmt.Sprintf("%s=%d", names.Mem, req.MemoryMiB)
+		if req.MemoryMiB == 0 {
+			field = fmt.Sprintf("%s=%d", names.MemPercentage, req.MemoryPercent)
+		}
+		aerr := refuse(ReasonMPSSlot, []*podEntry{o.Owner.Pod}, "container %s of pod %s reserves %d MiB of card %s (%s), more than one MPS slot: "+
+			"this node's MPS daemon gives each client at most %d MiB of the card (%d MiB ÷ %d shares), and a client cannot be trusted "+
+			"to raise that itself; on mps nodes reserve at most one slot per card (or whole cards)",
+			o.Owner.Name, o.Owner.Pod.key(), mem, c.UUID, field, slot, c.MemoryMiB, shares)
+		if o.Certain {
+			aerr.Admitted = o.Owner.Pod
+		}
+		return aerr
+	}
+	return nil
+}
+
 // SharingConfig is how the node enforces the limits of containers that share a card.
 type SharingConfig struct {
 	// Mode is annotations.SharingNone, SharingMPS or SharingHAMiCore.

@@ -444,3 +444,42 @@ func TestMakeLockDir(t *testing.T) {
 		}
 	}
 }
+
+func TestMPSRefusesMoreThanOneSlotOfMemoryPerCard(t *testing.T) {
+	slot := func(card, k int) []string { return []string{annotations.SlotID(uuidOf(card), k)} }
+	// Cards of 81920 MiB in 4 slots: the daemon gives each client 81920 ÷ 4 = 20480 MiB.
+	for _, c := range []struct {
+		name string
+		ctr  ctr
+		want string // "" when served
+	}{
+		{"one slot exactly", ctr{name: "main", memMiB: 20480}, ""},
+		{"cores only", ctr{name: "main", cores: 25}, ""},
+		{"more than a slot", ctr{name: "main", memMiB: 20481},
+			"cardinal: mps-slot: container main of pod default/p reserves 20481 MiB of card GPU-00 (nvidia.com/gpumem=20481), more than one MPS slot: " +
+				"this node's MPS daemon gives each client at most 20480 MiB of the card (81920 MiB ÷ 4 shares)"},
+		{"a percentage over a slot", ctr{name: "main", memPct: 50}, "reserves 40960 MiB of card GPU-00 (nvidia.com/gpumem-percentage=50)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := sharingPlugin(t, mpsConfig(), 4)
+			p.SetSharingHealth(nil)
+			c.ctr.ids = slot(0, 0)
+			p.UpsertPod(newPod("p", c.ctr).obj(t))
+			_, err := allocateOne(p, slot(0, 0))
+			st, _ := status.FromError(err)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case c.want != "" && (err == nil || st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), c.want)):
+				t.Errorf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+	// hami-core holds each container to its own reservation: any size is served.
+	h := sharingPlugin(t, hamiConfig(), 4)
+	h.SetSharingHealth(nil)
+	h.UpsertPod(newPod("p", ctr{name: "main", ids: slot(0, 0), memMiB: 40000}).obj(t))
+	if _, err := allocateOne(h, slot(0, 0)); err != nil {
+		t.Errorf("hami-core, two slots of memory: %v", err)
+	}
+}
