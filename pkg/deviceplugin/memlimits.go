@@ -114,6 +114,9 @@ func (p *Plugin) PreStartContainer(_ context.Context, req *pluginapi.PreStartCon
 func (p *Plugin) podMemoryLimitsLocked(ids []string) (*podEntry, map[string]int64) {
 	var uid types.UID
 	for u, cs := range p.seen {
+		if e := p.pods[u]; e == nil || e.Gone {
+			continue // an ended pod's IDs may be a new pod's now
+		}
 		for _, held := range cs {
 			if sameSet(held, ids) {
 				uid = u

@@ -197,3 +197,30 @@ func TestFindPodCgroup(t *testing.T) {
 		t.Errorf("absent pod: %v, want errNoPodCgroup", err)
 	}
 }
+
+func TestPreStartLimitsTheLivePodThatHoldsTheIDs(t *testing.T) {
+	slot := []string{annotations.SlotID(uuidOf(0), 0)}
+	root := t.TempDir()
+	mkdirs(t, root, "kubepods/burstable/poduid-old", "kubepods/burstable/poduid-new")
+	lim := &fakeLimiter{}
+	p := limitsPlugin(t, hamiConfig(), lim, nvidia.MemoryLimitsDmem, root)
+	old := newPod("old", ctr{name: "main", ids: slot, memMiB: 10000}).obj(t)
+	p.UpsertPod(old)
+	if _, err := allocateOne(p, slot); err != nil {
+		t.Fatal(err)
+	}
+	// The first pod ends; the kubelet gives its slot to the next one.
+	old.Status.Phase = "Succeeded"
+	p.UpsertPod(old)
+	p.UpsertPod(newPod("new", ctr{name: "main", ids: slot, memMiB: 15000}).obj(t))
+	if _, err := allocateOne(p, slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: slot}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(root, "kubepods/burstable/poduid-new") + " " + uuidOf(0) + " 15000"}
+	if diff := cmp.Diff(want, lim.set); diff != "" {
+		t.Errorf("limits set (-want +got):\n%s", diff)
+	}
+}
