@@ -185,6 +185,11 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 			t.Errorf("README contract does not name sharing mode `%s`", m)
 		}
 	}
+	for _, e := range SharingEnforcements {
+		if !strings.Contains(section, "`"+e+"`") {
+			t.Errorf("README contract does not name sharing enforcement `%s`", e)
+		}
+	}
 	for _, flag := range []string{"--resource-gpu", "--resource-gpumem", "--resource-gpumem-percentage", "--resource-gpucores"} {
 		if !strings.Contains(section, "`"+flag+"`") {
 			t.Errorf("README contract does not name flag `%s`", flag)

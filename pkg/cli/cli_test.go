@@ -57,7 +57,8 @@ func holder(t *testing.T, ns, name, nodeName, c string, devs ...annotations.Devi
 
 // fixture is a cluster of four nodes:
 //   - gpu-a: two A40s on NUMA 0 and 1, a best-effort TopologyManager; card 0 held whole by ml/train;
-//   - gpu-b: a T4 shared four ways, slot 0 held by ml/infer (4 GiB, 25%), and an unhealthy T4;
+//   - gpu-b: a T4 shared four ways (mode mps, kernel memory limits), slot 0 held by ml/infer (4 GiB, 25%),
+//     and an unhealthy T4;
 //   - gpu-c: a whole A100 and one in MIG mode with two 1g.10gb instances, one held by ml/tiny;
 //   - cpu-d: no inventory.
 func fixture(t *testing.T) []runtime.Object {
@@ -71,7 +72,8 @@ func fixture(t *testing.T) []runtime.Object {
 	b := &annotations.Inventory{GPUs: []annotations.GPU{
 		{UUID: "GPU-b0", Index: 0, Model: t4, MemoryMiB: 15360, Healthy: true, Shares: 4},
 		{UUID: "GPU-b1", Index: 1, Model: t4, MemoryMiB: 15360, Healthy: false, Shares: 1},
-	}}
+	}, Sharing: &annotations.Sharing{Mode: annotations.SharingMPS, Ready: true, EnforcementV: 1,
+		Memory: annotations.EnforcementKernel, Compute: annotations.EnforcementMPSDaemon}}
 	c := &annotations.Inventory{GPUs: []annotations.GPU{
 		{UUID: "GPU-c0", Index: 0, Model: a100, MemoryMiB: 81920, Healthy: true, Shares: 1},
 		{UUID: "GPU-c1", Index: 1, Model: a100, MemoryMiB: 81920, Healthy: false, Shares: 1,
@@ -133,7 +135,7 @@ func TestNodesJSON(t *testing.T) {
 	}
 	b := byName["gpu-b"]
 	if b.Cards != 2 || b.FreeWhole != 0 || b.FreeSlots != 3 || b.Slots != 4 || b.FreeMemoryMiB != 15360-4096 ||
-		b.Healthy != 1 || b.Unhealthy != 1 || b.TopologyPolicy != "none" {
+		b.Healthy != 1 || b.Unhealthy != 1 || b.TopologyPolicy != "none" || b.Sharing != "mps" || b.Memory != "kernel" || b.Compute != "mps-daemon" {
 		t.Errorf("gpu-b: %+v, want 1 healthy shared card with 3 of 4 slots and 11264 MiB free, 1 unhealthy, policy none", b)
 	}
 	c := byName["gpu-c"]
@@ -154,7 +156,7 @@ func TestNodesTable(t *testing.T) {
 	}
 	for _, want := range [][]string{
 		{"gpu-a", "2x NVIDIA A40", "1/2", "45.0Gi/90.0Gi", "0,1", "best-effort"},
-		{"gpu-b", "3/4", "11Gi/15Gi", "1/2", "none"},
+		{"gpu-b", "3/4", "11Gi/15Gi", "1/2", "none", "mps (memory kernel, compute mps-daemon)"},
 		{"gpu-c", "1/2", "in MIG mode"},
 	} {
 		found := false

@@ -39,6 +39,12 @@ type NodeSummary struct {
 	// TopologyPolicy is the kubelet's TopologyManager policy from the inventory ("none" when the
 	// inventory reports no kubelet).
 	TopologyPolicy string `json:"topologyPolicy"`
+	// Sharing is the node's sharing mode ("none" when the inventory has none), with ", not ready"
+	// while its enforcement does not work; Memory and Compute what holds shared containers' memory
+	// and compute there, as the plugin says ("" from a plugin older than those fields).
+	Sharing string `json:"sharing"`
+	Memory  string `json:"memory,omitempty"`
+	Compute string `json:"compute,omitempty"`
 	// Error says why the node's inventory cannot be read (then the counts are zero).
 	Error string `json:"error,omitempty"`
 }
@@ -78,26 +84,38 @@ func (o *Options) Nodes(ctx context.Context) error {
 		return err
 	}
 	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tMODELS\tCARDS\tFREE\tSLOTS FREE\tMEMORY FREE\tHEALTHY\tNUMA\tMIG FREE\tTOPOLOGY")
+	fmt.Fprintln(w, "NODE\tMODELS\tCARDS\tFREE\tSLOTS FREE\tMEMORY FREE\tHEALTHY\tNUMA\tMIG FREE\tTOPOLOGY\tSHARING")
 	for _, r := range rows {
 		if r.Error != "" {
-			fmt.Fprintf(w, "%s\t<bad inventory: %s>\t-\t-\t-\t-\t-\t-\t-\t-\n", r.Name, r.Error)
+			fmt.Fprintf(w, "%s\t<bad inventory: %s>\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", r.Name, r.Error)
 			continue
 		}
 		mig := "-"
 		if r.MIGTotal > 0 {
 			mig = fmt.Sprintf("%d/%d", r.MIGFree, r.MIGTotal)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%s/%s\t%d/%d\t%s\t%s\t%s\n", r.Name, r.Models, r.Cards, r.FreeWhole,
+		sharing := r.Sharing
+		if r.Memory != "" {
+			sharing += " (memory " + r.Memory + ", compute " + r.Compute + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%s/%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.Name, r.Models, r.Cards, r.FreeWhole,
 			r.FreeSlots, r.Slots, mib(r.FreeMemoryMiB), mib(r.MemoryMiB), r.Healthy, r.Healthy+r.Unhealthy,
-			ints(r.NUMA), mig, r.TopologyPolicy)
+			ints(r.NUMA), mig, r.TopologyPolicy, sharing)
 	}
 	return w.Flush()
 }
 
 // summarize counts a node state's cards.
 func summarize(st *core.NodeState) NodeSummary {
-	r := NodeSummary{Name: st.Name, Models: st.Models, NUMA: []int{}, TopologyPolicy: annotations.TopologyPolicyNone}
+	r := NodeSummary{Name: st.Name, Models: st.Models, NUMA: []int{}, TopologyPolicy: annotations.TopologyPolicyNone, Sharing: st.Sharing.ModeOrNone()}
+	if sh := st.Sharing; sh != nil {
+		if !sh.Ready {
+			r.Sharing += ", not ready"
+		}
+		if sh.EnforcementV >= 1 {
+			r.Memory, r.Compute = sh.Memory, sh.Compute
+		}
+	}
 	if st.Kubelet != nil && st.Kubelet.TopologyManagerPolicy != "" {
 		r.TopologyPolicy = st.Kubelet.TopologyManagerPolicy
 	}

@@ -67,6 +67,7 @@ type ctr struct {
 	count  int // defaults to len(ids)
 	init   bool
 	memMiB int64
+	memPct int // nvidia.com/gpumem-percentage
 	cores  int
 	// mig is the MIG profile the container asks instances of ("": cards); its ids are then MIG
 	// UUIDs of migCards' instances.
@@ -142,6 +143,9 @@ func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
 		if c.memMiB > 0 {
 			limits[annotations.ResourceGPUMem] = *resource.NewQuantity(c.memMiB, resource.DecimalSI)
 		}
+		if c.memPct > 0 {
+			limits[annotations.ResourceGPUMemPercentage] = *resource.NewQuantity(int64(c.memPct), resource.DecimalSI)
+		}
 		if c.cores > 0 {
 			limits[annotations.ResourceGPUCores] = *resource.NewQuantity(int64(c.cores), resource.DecimalSI)
 		}
@@ -165,8 +169,11 @@ func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
 				t.Fatal(err)
 			}
 			mem, cores := int64(81920), 100
-			if c.memMiB > 0 || c.cores > 0 {
+			if c.memMiB > 0 || c.memPct > 0 || c.cores > 0 {
 				mem, cores = c.memMiB, c.cores
+				if c.memPct > 0 {
+					mem = 81920 * int64(c.memPct) / 100
+				}
 			}
 			ca.Devices = append(ca.Devices, annotations.DeviceAssignment{UUID: u, ID: id, MemoryMiB: mem, Cores: cores})
 		}

@@ -205,7 +205,7 @@ func (k *kubeletLink) register(ctx context.Context, kubeletSock string) error {
 		Version:      pluginapi.Version,
 		Endpoint:     k.socket,
 		ResourceName: k.resource,
-		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+		Options:      k.plugin.options(),
 	})
 	if err != nil {
 		return fmt.Errorf("register %s: %w", k.resource, err)

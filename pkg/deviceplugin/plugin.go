@@ -36,8 +36,14 @@ type Plugin struct {
 	deviceList DeviceListConfig
 	// sharing is how shared containers' limits are enforced on this node (sharing.go).
 	sharing SharingConfig
-	log     logr.Logger
-	metrics *metrics
+	// limiter sets the kernel memory limits of pods with shared containers (memlimits.go); nil: the
+	// plugin sets none. memBackend is its nvidia.MemoryLimits* backend, cgroupRoot where pods'
+	// cgroups are found.
+	limiter    memoryLimiter
+	memBackend string
+	cgroupRoot string
+	log        logr.Logger
+	metrics    *metrics
 	// record is called (outside the lock) with pods whose allocation record must be written.
 	record func(types.UID)
 	// devicesChanged is called (outside the lock) after a health change.
@@ -93,8 +99,12 @@ type pluginOptions struct {
 	// Sharing: see Plugin.sharing; the zero value is mode none. An enforced mode starts not ready
 	// until SetSharingHealth says otherwise.
 	Sharing SharingConfig
-	Log     logr.Logger
-	Metrics *metrics
+	// MemoryLimiter and MemoryBackend: see Plugin.limiter (nil: no kernel memory limits); pods'
+	// cgroups are looked for under Sharing.CgroupRoot.
+	MemoryLimiter memoryLimiter
+	MemoryBackend string
+	Log           logr.Logger
+	Metrics       *metrics
 	// CacheWait: see Plugin.cacheWait; zero means DefaultCacheWait.
 	CacheWait time.Duration
 }
@@ -106,6 +116,7 @@ const DefaultCacheWait = 5 * time.Second
 func newPlugin(o pluginOptions) *Plugin {
 	p := &Plugin{
 		node: o.Node, names: o.Names, schedulerName: o.SchedulerName, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), sharing: o.Sharing.withDefaults(),
+		limiter: o.MemoryLimiter, memBackend: o.MemoryBackend, cgroupRoot: o.Sharing.CgroupRoot,
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		table: newDeviceTable(o.Cards, o.Shares),
@@ -245,8 +256,10 @@ func (p *Plugin) Inventory() annotations.Inventory {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	inv := p.table.inventory()
-	if p.sharing.enforced() {
-		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingErr == nil}
+	if p.sharing.enforced() || p.limiter != nil {
+		memory, compute := memoryEnforcement(p.sharing.Mode, p.memBackend)
+		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingErr == nil,
+			EnforcementV: annotations.EnforcementVersion, Memory: memory, Compute: compute}
 	}
 	return inv
 }
@@ -337,11 +350,6 @@ func (s *resourceServer) Allocate(ctx context.Context, req *pluginapi.AllocateRe
 
 func (s *resourceServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return s.p.PreStartContainer(ctx, req)
-}
-
-// GetDevicePluginOptions implements the device plugin API.
-func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
 // ListAndWatch sends the GPU resource's device list, then again after every health change, until
@@ -494,6 +502,9 @@ func (p *Plugin) serveLocked(res corev1.ResourceName, holders []holder, req *plu
 				}
 			}
 		}
+		if aerr == nil && p.sharing.Mode == annotations.SharingMPS {
+			aerr = overMPSSlot(p.table, o, p.names, p.table.shares)
+		}
 		if aerr != nil {
 			if aerr.Admitted != nil {
 				// The kubelet fails the pod's admission (UnexpectedAdmissionError) and never admits
@@ -532,11 +543,6 @@ func (p *Plugin) saw(uid types.UID, name string, ids []string) {
 		p.seen[uid] = map[string][]string{}
 	}
 	p.seen[uid][name] = slices.Clone(ids)
-}
-
-// PreStartContainer is not used (the plugin does not ask for it at registration).
-func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
-	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
 // lockWhenVisible takes p.mu and returns the holders of resource res once ready accepts them

@@ -101,6 +101,9 @@ type Config struct {
 	ResetXids XidList
 	// NVML, when set, is used instead of the real library or the simulation (tests).
 	NVML nvidia.Library
+	// MemorySymbols, when set, says which functions NVML has (tests with a mock NVML); the real
+	// library answers itself.
+	MemorySymbols nvidia.SymbolLookup
 	// Log is the logger.
 	Log logr.Logger
 }
@@ -183,6 +186,9 @@ func Run(ctx context.Context, cfg Config) error {
 	g, ctx := errgroup.WithContext(ctx)
 
 	lib, numa := cfg.NVML, nvidia.SysfsNUMA(cfg.SysfsRoot)
+	// symbols can say which functions the loaded NVML has (per-cgroup memory limits need r615+);
+	// the simulated NVML and mocks cannot, and get no kernel memory limits unless MemorySymbols says.
+	symbols := cfg.MemorySymbols
 	switch {
 	case lib != nil:
 	case cfg.Simulate != "":
@@ -194,7 +200,8 @@ func Run(ctx context.Context, cfg Config) error {
 		lib, numa = srv, srv.NUMA
 		g.Go(func() error { return srv.Watch(ctx, cfg.Simulate, cfg.NodeName, log.WithName("simulation")) })
 	default:
-		lib = nvml.New()
+		real := nvml.New()
+		lib, symbols = real, real.Extensions()
 	}
 	client := cfg.Client
 	if client == nil {
@@ -236,9 +243,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logLinks(log, cards, cardLinks)
 
+	limiter, backend, why := cfg.Sharing.detectMemoryLimits(lib, symbols, cards)
+	if limiter != nil {
+		log.Info("kernel memory limits: shared containers' pods are capped at their reservation on each card", "backend", backend, "cgroupRoot", cfg.Sharing.CgroupRoot)
+	} else {
+		log.Info("no kernel memory limits", logging.KeyReason, why)
+	}
+
 	m := newMetrics()
 	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
-		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, Log: log.WithName("plugin"), Metrics: m})
+		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, MemoryLimiter: limiter, MemoryBackend: backend, Log: log.WithName("plugin"), Metrics: m})
 	if cfg.Sharing.Mode == annotations.SharingHAMiCore {
 		if err := writePreload(cfg.Sharing.HAMiCorePreloadDir); err != nil {
 			return err

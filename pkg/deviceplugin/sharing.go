@@ -83,6 +83,42 @@ func (p *Plugin) otherTenant(pod *podEntry) *podEntry {
 	return found
 }
 
+// ReasonMPSSlot: the container shares its cards in mode mps and reserves more memory on a card than
+// one share slot's (the card's memory ÷ shares). The node's MPS daemon gives every client one slot
+// by default (charts/cardinal/files/mps-daemon.sh); that a client's own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+// can raise it is stated nowhere in NVIDIA's documentation, and if it could, any client could, and
+// the default would hold nobody. So an mps node serves reservations of at most one slot per card:
+// a larger one is refused rather than started with less memory than it reserved.
+const ReasonMPSSlot Reason = "mps-slot"
+
+// overMPSSlot returns a refusal when a shared container in mode mps reserves more than one slot's
+// memory on one of its cards (nil otherwise). shares is the node's slot count (1: no daemon limit).
+func overMPSSlot(t *deviceTable, o outcome, names annotations.ResourceNames, shares int) *AllocateError {
+	if shares <= 1 || !shared(o) {
+		return nil
+	}
+	req := o.Owner.Pod.Requests[o.Owner.Name]
+	for _, c := range t.cardsOf(o.IDs) {
+		mem, slot := req.MemoryOn(c.MemoryMiB), c.MemoryMiB/int64(shares)
+		if mem <= slot {
+			continue
+		}
+		field := fmt.Sprintf("%s=%d", names.Mem, req.MemoryMiB)
+		if req.MemoryMiB == 0 {
+			field = fmt.Sprintf("%s=%d", names.MemPercentage, req.MemoryPercent)
+		}
+		aerr := refuse(ReasonMPSSlot, []*podEntry{o.Owner.Pod}, "container %s of pod %s reserves %d MiB of card %s (%s), more than one MPS slot: "+
+			"this node's MPS daemon gives each client at most %d MiB of the card (%d MiB ÷ %d shares), and a client cannot be trusted "+
+			"to raise that itself; on mps nodes reserve at most one slot per card (or whole cards)",
+			o.Owner.Name, o.Owner.Pod.key(), mem, c.UUID, field, slot, c.MemoryMiB, shares)
+		if o.Certain {
+			aerr.Admitted = o.Owner.Pod
+		}
+		return aerr
+	}
+	return nil
+}
+
 // SharingConfig is how the node enforces the limits of containers that share a card.
 type SharingConfig struct {
 	// Mode is annotations.SharingNone, SharingMPS or SharingHAMiCore.
@@ -102,6 +138,12 @@ type SharingConfig struct {
 	HAMiCoreLockDir string
 	// CheckInterval is how often the mode's enforcement is checked (mps, hami-core).
 	CheckInterval time.Duration
+	// KernelMemoryLimits: where the node's driver and kernel offer per-cgroup GPU memory limits, set
+	// the pod's limit on each card before a shared container starts (memlimits.go), in every mode.
+	KernelMemoryLimits bool
+	// CgroupRoot is the host's cgroup v2 hierarchy as the plugin sees it (pods' cgroups are found
+	// there, and their paths handed to NVML).
+	CgroupRoot string
 }
 
 // DefaultSharingConfig is mode none with the chart's host paths.
@@ -114,6 +156,8 @@ func DefaultSharingConfig() SharingConfig {
 		HAMiCorePreloadDir: "/var/lib/cardinal/hami-core",
 		HAMiCoreLockDir:    "/tmp/vgpulock",
 		CheckInterval:      5 * time.Second,
+		KernelMemoryLimits: true,
+		CgroupRoot:         "/sys/fs/cgroup",
 	}
 }
 
@@ -127,15 +171,23 @@ func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HAMiCoreLibrary, "hami-core-library", c.HAMiCoreLibrary, "hami-core: HAMi-core's libvgpu.so on the host (read by the plugin at this path; mounted at "+HAMiCoreContainerLibrary+" in shared containers)")
 	fs.StringVar(&c.HAMiCorePreloadDir, "hami-core-preload-dir", c.HAMiCorePreloadDir, "hami-core: host folder the plugin writes "+PreloadFile+" into (mounted at "+ContainerPreload+" in shared containers)")
 	fs.StringVar(&c.HAMiCoreLockDir, "hami-core-lock-dir", c.HAMiCoreLockDir, "hami-core: host folder of HAMi-core's node-wide lock files, mounted at "+HAMiCoreContainerLockDir+" in shared containers (created mode 1777 at start)")
+	fs.BoolVar(&c.KernelMemoryLimits, "kernel-memory-limits", c.KernelMemoryLimits, "where the NVIDIA driver (r615+) and the kernel offer per-cgroup GPU memory limits (cgroup v2; the dmem controller "+
+		"from Linux 6.14, else the driver's own backend), cap each pod's memory on the cards its shared containers hold at their reservation, before they start (any --sharing-mode); detected at start, published in the inventory")
+	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "the host's cgroup v2 hierarchy as the plugin sees it, where pods' cgroups are found for --kernel-memory-limits")
 	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the MPS daemon (its socket, and its ready file naming --shares) or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
 }
 
 // Validate reports the settings the plugin cannot use, naming their flags.
 func (c SharingConfig) Validate() error {
 	var errs []error
+	if c.KernelMemoryLimits {
+		if err := checkCgroupRoot(c.CgroupRoot); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	switch c.Mode {
 	case annotations.SharingNone:
-		return nil
+		return errors.Join(errs...)
 	case annotations.SharingMPS:
 		if !filepath.IsAbs(c.MPSPipeDir) {
 			errs = append(errs, fmt.Errorf("--mps-pipe-dir: %q is not an absolute path", c.MPSPipeDir))

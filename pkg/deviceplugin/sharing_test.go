@@ -333,10 +333,14 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 	c := DefaultSharingConfig()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	c.AddFlags(fs)
-	if err := fs.Parse([]string{"--sharing-mode=mps", "--mps-pipe-dir=/p", "--mps-shm-dir=", "--sharing-check-interval=1s"}); err != nil {
+	if !c.KernelMemoryLimits || c.CgroupRoot != "/sys/fs/cgroup" {
+		t.Fatalf("defaults %+v: kernel memory limits on, under /sys/fs/cgroup", c)
+	}
+	if err := fs.Parse([]string{"--sharing-mode=mps", "--mps-pipe-dir=/p", "--mps-shm-dir=", "--sharing-check-interval=1s",
+		"--kernel-memory-limits=false", "--cgroup-root=/host/sys/fs/cgroup"}); err != nil {
 		t.Fatal(err)
 	}
-	if c.Mode != "mps" || c.MPSPipeDir != "/p" || c.MPSShmDir != "" || c.CheckInterval != time.Second {
+	if c.Mode != "mps" || c.MPSPipeDir != "/p" || c.MPSShmDir != "" || c.CheckInterval != time.Second || c.KernelMemoryLimits || c.CgroupRoot != "/host/sys/fs/cgroup" {
 		t.Fatalf("parsed %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -353,6 +357,7 @@ func TestSharingConfigFlagsAndValidate(t *testing.T) {
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCorePreloadDir = "" }, "--hami-core-preload-dir"},
 		{func(c *SharingConfig) { c.Mode = "hami-core"; c.HAMiCoreLockDir = "tmp/vgpulock" }, "--hami-core-lock-dir"},
 		{func(c *SharingConfig) { c.Mode = "mps"; c.CheckInterval = 0 }, "--sharing-check-interval"},
+		{func(c *SharingConfig) { c.CgroupRoot = "sys/fs/cgroup" }, `--cgroup-root: "sys/fs/cgroup" is not an absolute path`}, // also in mode none
 	} {
 		c := DefaultSharingConfig()
 		tt.mutate(&c)
@@ -437,5 +442,44 @@ func TestMakeLockDir(t *testing.T) {
 		if st.Mode()&os.ModePerm != 0o777 || st.Mode()&os.ModeSticky == 0 {
 			t.Errorf("lock folder mode %v, want 1777 (every user writes, none removes another's lock)", st.Mode())
 		}
+	}
+}
+
+func TestMPSRefusesMoreThanOneSlotOfMemoryPerCard(t *testing.T) {
+	slot := func(card, k int) []string { return []string{annotations.SlotID(uuidOf(card), k)} }
+	// Cards of 81920 MiB in 4 slots: the daemon gives each client 81920 ÷ 4 = 20480 MiB.
+	for _, c := range []struct {
+		name string
+		ctr  ctr
+		want string // "" when served
+	}{
+		{"one slot exactly", ctr{name: "main", memMiB: 20480}, ""},
+		{"cores only", ctr{name: "main", cores: 25}, ""},
+		{"more than a slot", ctr{name: "main", memMiB: 20481},
+			"cardinal: mps-slot: container main of pod default/p reserves 20481 MiB of card GPU-00 (nvidia.com/gpumem=20481), more than one MPS slot: " +
+				"this node's MPS daemon gives each client at most 20480 MiB of the card (81920 MiB ÷ 4 shares)"},
+		{"a percentage over a slot", ctr{name: "main", memPct: 50}, "reserves 40960 MiB of card GPU-00 (nvidia.com/gpumem-percentage=50)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := sharingPlugin(t, mpsConfig(), 4)
+			p.SetSharingHealth(nil)
+			c.ctr.ids = slot(0, 0)
+			p.UpsertPod(newPod("p", c.ctr).obj(t))
+			_, err := allocateOne(p, slot(0, 0))
+			st, _ := status.FromError(err)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case c.want != "" && (err == nil || st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), c.want)):
+				t.Errorf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+	// hami-core holds each container to its own reservation: any size is served.
+	h := sharingPlugin(t, hamiConfig(), 4)
+	h.SetSharingHealth(nil)
+	h.UpsertPod(newPod("p", ctr{name: "main", ids: slot(0, 0), memMiB: 40000}).obj(t))
+	if _, err := allocateOne(h, slot(0, 0)); err != nil {
+		t.Errorf("hami-core, two slots of memory: %v", err)
 	}
 }

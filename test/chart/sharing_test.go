@@ -215,3 +215,33 @@ func TestSharingFlagsAcceptedByThePlugin(t *testing.T) {
 		}
 	}
 }
+
+func TestKernelMemoryLimitsMountTheHostCgroups(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		values map[string]any
+		on     bool
+		host   string
+	}{
+		{"on by default", map[string]any{}, true, "/sys/fs/cgroup"},
+		{"another cgroup path", map[string]any{"sharing": map[string]any{"kernelMemoryLimits": map[string]any{"cgroupHostPath": "/run/cg"}}}, true, "/run/cg"},
+		{"turned off", map[string]any{"sharing": map[string]any{"mode": "mps", "kernelMemoryLimits": map[string]any{"enabled": false}}}, false, ""},
+		{"the simulated NVML has none", simulated, false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := get[*appsv1.DaemonSet](t, render(t, map[string]any{"devicePlugin": c.values}), devicePluginName).Spec.Template.Spec
+			pc := container(t, spec, "device-plugin")
+			flags := flagsOf(t, pc.Args)
+			mounted := hostPaths(spec, pc)["/host/cgroup"]
+			if c.on && (flags["kernel-memory-limits"] != "true" || flags["cgroup-root"] != "/host/cgroup" || mounted != c.host) {
+				t.Errorf("--kernel-memory-limits=%q --cgroup-root=%q, /host/cgroup from %q; want true, /host/cgroup, %s", flags["kernel-memory-limits"], flags["cgroup-root"], mounted, c.host)
+			}
+			if !c.on && (flags["kernel-memory-limits"] != "false" || mounted != "") {
+				t.Errorf("--kernel-memory-limits=%q, /host/cgroup from %q; want false and no mount", flags["kernel-memory-limits"], mounted)
+			}
+		})
+	}
+	if msg := renderErr(t, map[string]any{"devicePlugin": map[string]any{"sharing": map[string]any{"kernelMemoryLimits": map[string]any{"cgroupHostPath": "sys/fs/cgroup"}}}}); !strings.Contains(msg, "cgroupHostPath") {
+		t.Errorf("relative cgroupHostPath: %s, want a schema error naming it", msg)
+	}
+}

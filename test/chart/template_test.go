@@ -48,7 +48,8 @@ var agreedFlags = map[string][]string{
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "scheduler-name", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",
 		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix",
-		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir"},
+		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir",
+		"kernel-memory-limits", "cgroup-root"},
 }
 
 var commonFlags = []string{"resource-gpu", "resource-gpumem", "resource-gpumem-percentage", "resource-gpucores", "v", "log-format"}
@@ -525,7 +526,7 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 				hostPaths[v.Name] = v.HostPath.Path
 			}
 		}
-		wantPaths := map[string]string{"device-plugins": "/var/lib/kubelet/device-plugins", "pod-resources": "/var/lib/kubelet/pod-resources"}
+		wantPaths := map[string]string{"device-plugins": "/var/lib/kubelet/device-plugins", "pod-resources": "/var/lib/kubelet/pod-resources", "cgroup": "/sys/fs/cgroup"}
 		if diff := cmp.Diff(wantPaths, hostPaths); diff != "" {
 			t.Errorf("hostPath volumes (-want +got):\n%s", diff)
 		}
@@ -534,7 +535,7 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 		want := map[string]string{"node-name": "$(NODE_NAME)", "device-plugin-dir": "/var/lib/kubelet/device-plugins",
 			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "scheduler-name": "cardinal-scheduler", "shares": "1", "topology": "true", "listen": ":9400",
 			"health-ignored-xids": "13,31,43,45,68,109", "health-reset-xids": "48,63,64,74,79,94,95,119,120",
-			"device-list-strategy": "envvar", "sharing-mode": "none"}
+			"device-list-strategy": "envvar", "sharing-mode": "none", "kernel-memory-limits": "true", "cgroup-root": "/host/cgroup"}
 		if diff := cmp.Diff(want, flags, cmpopts.IgnoreMapEntries(func(k, _ string) bool { return slices.Contains(commonFlags, k) })); diff != "" {
 			t.Errorf("device-plugin flags (-want +got):\n%s", diff)
 		}

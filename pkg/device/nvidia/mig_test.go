@@ -9,6 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
@@ -80,7 +81,7 @@ func TestDiscoverMIGInstances(t *testing.T) {
 // DGX A100 mock panics on a MIG device call it was not given).
 func TestDiscoverMIGPendingAsksForNoInstances(t *testing.T) {
 	srv := dgxa100.New()
-	srv.Devices[2].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) {
+	srv.Devices[2].(*server.Device).GetMigModeFunc = func() (int, int, nvml.Return) {
 		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
 	}
 	cards, err := nvidia.Discover(srv, nil)

@@ -292,7 +292,7 @@ func busID(p nvml.PciInfo) string {
 		if c == 0 {
 			break
 		}
-		b = append(b, c)
+		b = append(b, byte(c))
 	}
 	return string(b)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
@@ -34,10 +35,12 @@ func TestDiscoverDGXA100(t *testing.T) {
 	// The DGX A100 mock keeps each card's bus id in the Device but does not put it in GetPciInfo;
 	// hand it over in NVML's own form (8-digit domain, upper case) so discovery must normalise it.
 	for _, d := range srv.Devices {
-		d := d.(*dgxa100.Device)
+		d := d.(*server.Device)
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 			var p nvml.PciInfo
-			copy(p.BusId[:], strings.ToUpper("0000"+d.PciBusID))
+			for i, c := range []byte(strings.ToUpper("0000" + d.PciBusID)) {
+				p.BusId[i] = int8(c)
+			}
 			return p, nvml.SUCCESS
 		}
 	}
@@ -51,7 +54,7 @@ func TestDiscoverDGXA100(t *testing.T) {
 		case i >= 4:
 			v = "1\n"
 		}
-		numa[srv.Devices[i].(*dgxa100.Device).PciBusID] = v
+		numa[srv.Devices[i].(*server.Device).PciBusID] = v
 	}
 	cards, err := nvidia.Discover(srv, nvidia.SysfsNUMA(fakeSysfs(t, numa)))
 	if err != nil {
@@ -59,7 +62,7 @@ func TestDiscoverDGXA100(t *testing.T) {
 	}
 	var want []nvidia.Card
 	for i, d := range srv.Devices {
-		d := d.(*dgxa100.Device)
+		d := d.(*server.Device)
 		n := 0
 		switch {
 		case i == 7:
@@ -171,8 +174,8 @@ func TestDiscoverKeepsGoingPastBadCards(t *testing.T) {
 	// DGX A100 mock, 8 cards: card 2 cannot report its memory (NOT_SUPPORTED), card 5 is off the bus
 	// (every call GPU_IS_LOST). The six others are described; the two bad ones are listed with Fault.
 	srv := dgxa100.New()
-	srv.Devices[2].(*dgxa100.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
-	srv.Devices[5].(*dgxa100.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	srv.Devices[2].(*server.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
+	srv.Devices[5].(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
 	cards, err := nvidia.Discover(srv, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +184,7 @@ func TestDiscoverKeepsGoingPastBadCards(t *testing.T) {
 		t.Fatalf("got %d cards, want 8", len(cards))
 	}
 	for i, c := range cards {
-		d := srv.Devices[i].(*dgxa100.Device)
+		d := srv.Devices[i].(*server.Device)
 		switch i {
 		case 2:
 			if c.UUID != d.UUID || c.MemoryMiB != 0 || !strings.Contains(c.Fault, "get memory of "+d.UUID+": ERROR_NOT_SUPPORTED") {
@@ -205,15 +208,15 @@ func TestDiscoverKeepsGoingPastBadCards(t *testing.T) {
 // 6 whose mode NVML cannot tell (it could be in MIG mode: a fault).
 func TestDiscoverReadsMIGMode(t *testing.T) {
 	srv := dgxa100.New()
-	srv.Devices[1].(*dgxa100.Device).MigMode = nvml.DEVICE_MIG_ENABLE
+	srv.Devices[1].(*server.Device).MigMode = nvml.DEVICE_MIG_ENABLE
 	// In MIG mode, no instance created yet: NVML finds no MIG device at any index.
-	srv.Devices[1].(*dgxa100.Device).GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
-	srv.Devices[1].(*dgxa100.Device).GetMigDeviceHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
-	srv.Devices[3].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) {
+	srv.Devices[1].(*server.Device).GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
+	srv.Devices[1].(*server.Device).GetMigDeviceHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+	srv.Devices[3].(*server.Device).GetMigModeFunc = func() (int, int, nvml.Return) {
 		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
 	}
-	srv.Devices[4].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
-	srv.Devices[6].(*dgxa100.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
+	srv.Devices[4].(*server.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+	srv.Devices[6].(*server.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_UNKNOWN }
 	cards, err := nvidia.Discover(srv, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +229,7 @@ func TestDiscoverReadsMIGMode(t *testing.T) {
 	want := []got{
 		{}, {nvidia.MIGMode{Current: true, Pending: true}, true, ""}, {},
 		{nvidia.MIGMode{Pending: true}, true, ""}, {}, {},
-		{Fault: "get MIG mode of " + srv.Devices[6].(*dgxa100.Device).UUID + ": ERROR_UNKNOWN"}, {},
+		{Fault: "get MIG mode of " + srv.Devices[6].(*server.Device).UUID + ": ERROR_UNKNOWN"}, {},
 	}
 	var have []got
 	for _, c := range cards {

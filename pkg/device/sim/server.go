@@ -288,7 +288,7 @@ func (d *device) setFuncs() {
 		if gone() {
 			return p, nvml.ERROR_GPU_IS_LOST
 		}
-		copy(p.BusId[:], BusID(c.Index))
+		setBusID(&p, BusID(c.Index))
 		p.Bus = uint32(0x10 + c.Index/32)
 		p.Device = uint32(c.Index % 32)
 		return p, nvml.SUCCESS
@@ -344,4 +344,11 @@ func (d *device) setFuncs() {
 	}
 	d.setMIGFuncs()
 	d.setLinkFuncs()
+}
+
+// setBusID writes id into NVML's C-string bus id field (NUL-terminated, at most 31 bytes).
+func setBusID(p *nvml.PciInfo, id string) {
+	for i := 0; i < len(id) && i < len(p.BusId)-1; i++ {
+		p.BusId[i] = int8(id[i])
+	}
 }

@@ -169,7 +169,7 @@ func (d *device) setLinkFuncs() {
 		if !p.Active {
 			return pci, nvml.ERROR_NOT_SUPPORTED
 		}
-		copy(pci.BusId[:], p.RemoteBusID)
+		setBusID(&pci, p.RemoteBusID)
 		return pci, nvml.SUCCESS
 	}
 	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
