@@ -783,6 +783,8 @@ func (f *fit) fits(c *annotations.ContainerRequest, i int) bool {
 	case card.Instance() && f.node.Cards[card.parent].Held > 0:
 		// A holder of the whole parent (recorded before MIG mode) still runs on it.
 		return false
+	case overMPSSlot(f.node, c, card):
+		return false
 	case c.Exclusive():
 		return card.Held+e.Held == 0
 	}
@@ -1049,8 +1051,11 @@ func compareScore(sa, sb float64, ia, ib int) int {
 // limits: its mps or hami-core enforcement is not ready (the device plugin would refuse the
 // container), or it enforces nothing and the Decider requires enforced sharing.
 func (p *Pod) sharingRefusal(n *NodeState) *Reason {
-	if p.shared == "" || n.Sharing.Enforced() {
+	if p.shared == "" {
 		return nil
+	}
+	if n.Sharing.Enforced() {
+		return p.mpsSlotRefusal(n)
 	}
 	mode := n.Sharing.ModeOrNone()
 	if mode == annotations.SharingMPS || mode == annotations.SharingHAMiCore {
@@ -1058,6 +1063,49 @@ func (p *Pod) sharingRefusal(n *NodeState) *Reason {
 	}
 	if p.requireEnforced {
 		return &Reason{Kind: ReasonSharingNotEnforced, Container: p.shared, Detail: mode}
+	}
+	return nil
+}
+
+// overMPSSlot reports whether shared container c would reserve more than one share slot of card
+// on a node in sharing mode mps: the node's MPS daemon gives each client one slot (card memory ÷
+// shares) and its device plugin refuses more at Allocate (deviceplugin ReasonMPSSlot).
+func overMPSSlot(n *NodeState, c *annotations.ContainerRequest, card *Card) bool {
+	return c.Shared && card.Shares > 1 && n.Sharing.ModeOrNone() == annotations.SharingMPS &&
+		c.MemoryOn(card.MemoryMiB) > card.MemoryMiB/int64(card.Shares)
+}
+
+// mpsSlotRefusal returns ReasonMPSSlot when a shared container of p reserves more than one slot
+// on every shared card of an mps node, so that no card of the node can ever serve it (nil
+// otherwise: on a node with cards of several sizes, fits skips only the cards too small).
+func (p *Pod) mpsSlotRefusal(n *NodeState) *Reason {
+	if n.Sharing.ModeOrNone() != annotations.SharingMPS {
+		return nil
+	}
+	for i := range p.Request.Containers {
+		c := &p.Request.Containers[i]
+		if !c.Shared || c.MIG() {
+			continue
+		}
+		var need, slot int64
+		over := 0
+		for j := range n.Cards {
+			card := &n.Cards[j]
+			if card.Shares <= 1 || card.MIG != nil || card.Instance() {
+				continue
+			}
+			if !overMPSSlot(n, c, card) {
+				over = -1
+				break
+			}
+			over++
+			if s := card.MemoryMiB / int64(card.Shares); s >= slot {
+				slot, need = s, c.MemoryOn(card.MemoryMiB)
+			}
+		}
+		if over > 0 {
+			return &Reason{Kind: ReasonMPSSlot, Container: c.Name, Need: int(need), Have: int(slot)}
+		}
 	}
 	return nil
 }

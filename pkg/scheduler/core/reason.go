@@ -78,6 +78,12 @@ const (
 	// largest NVLink group of free cards, Of the largest of all the cards its selector accepts
 	// (unresolvable when smaller than Need).
 	ReasonNVLink
+	// ReasonMPSSlot: a container shares cards on a node in sharing mode mps and reserves more
+	// memory than one share slot holds (card memory ÷ shares) on every card of the node: the
+	// node's MPS daemon gives each client one slot, so its device plugin refuses such a container
+	// at Allocate (deviceplugin ReasonMPSSlot). Need is the MiB asked on the largest card, Have
+	// the largest slot (MiB).
+	ReasonMPSSlot
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -153,7 +159,7 @@ func (r *Reason) NodeSpecific() bool { return r.UUID != "" || r.Profile != "" }
 func (r *Reason) Unresolvable() bool {
 	switch r.Kind {
 	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards, ReasonSharingNotEnforced,
-		ReasonKubeletMIG:
+		ReasonKubeletMIG, ReasonMPSSlot:
 		return true
 	case ReasonKubeletRefuses:
 		return r.Kubelet != nil && r.Kubelet.Reason == topology.ReasonInvalidNode
@@ -246,6 +252,9 @@ func (r *Reason) String() string {
 		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
 	case ReasonSharingNotReady:
 		fmt.Fprintf(&b, "shares a card, but the node's %s sharing cannot enforce limits now (not ready)", r.Detail)
+	case ReasonMPSSlot:
+		fmt.Fprintf(&b, "shares a card and reserves %d MiB of it, more than one MPS slot of this mps node (at most %d MiB: card memory ÷ shares, "+
+			"what its MPS daemon gives each client); reserve at most one slot per card, or whole cards", r.Need, r.Have)
 	case ReasonOtherTenant:
 		fmt.Fprintf(&b, "shares a card, but the node's MPS daemon serves shared pods of namespace %s (mps: one namespace at a time)", r.Detail)
 	case ReasonInternal:

@@ -38,6 +38,11 @@ func TestFitSharingModes(t *testing.T) {
 			want: `container "main": shares a card, but the node's mps sharing cannot enforce limits now (not ready)`},
 		{name: "mps down, whole card: fits", require: true, node: mpsDown, pod: card},
 		{name: "mode none, whole card, required: fits", require: true, node: nil, pod: card},
+		{name: "mps, more than one slot (81920 MiB ÷ 4): refused as Allocate would", node: mps, pod: pod(shared("main", 1, 30000, 30)),
+			want: `container "main": shares a card and reserves 30000 MiB of it, more than one MPS slot of this mps node (at most 20480 MiB: ` +
+				`card memory ÷ shares, what its MPS daemon gives each client); reserve at most one slot per card, or whole cards`},
+		{name: "mps, exactly one slot: fits", node: mps, pod: pod(shared("main", 1, 20480, 30))},
+		{name: "hami-core, more than one slot: fits (HAMi-core holds any size)", node: hami, pod: pod(shared("main", 1, 30000, 30))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,9 +64,37 @@ func TestFitSharingModes(t *testing.T) {
 			case tt.want != "" && reason.String() != tt.want:
 				t.Fatalf("reason %q, want %q", reason, tt.want)
 			}
-			if reason != nil && reason.Unresolvable() != (reason.Kind == ReasonSharingNotEnforced) {
+			if reason != nil && reason.Unresolvable() != (reason.Kind == ReasonSharingNotEnforced || reason.Kind == ReasonMPSSlot) {
 				t.Errorf("%s: Unresolvable() = %v", reason, reason.Unresolvable())
 			}
 		})
+	}
+}
+
+// On an mps node with cards of two sizes, a reservation larger than the small cards' slot goes to
+// a large card: fits skips only the cards whose slot is too small (Allocate's mps-slot rule).
+func TestFitMPSSlotPicksTheCardWhoseSlotHoldsIt(t *testing.T) {
+	n := nodeOf(card("GPU-small", "NVIDIA A100", 40960, 0, 4), card("GPU-big", "NVIDIA A100", 81920, 0, 4))
+	n.Sharing = &annotations.Sharing{Mode: annotations.SharingMPS, Ready: true}
+	d, err := New(Options{NodePolicy: annotations.PolicyBinpack, GPUPolicy: annotations.PolicyBinpack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		mem  int64
+		want string
+	}{{15000, "GPU-big"}, {10240, ""}} {
+		p, err := d.Prepare(pod(shared("main", 1, tt.mem, 10)), annotations.Selector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, reason := p.Fit(n, nil)
+		if reason != nil {
+			t.Fatalf("%d MiB refused: %s", tt.mem, reason)
+		}
+		got := n.Cards[plan.Devices[0].Card].UUID
+		if tt.want != "" && got != tt.want {
+			t.Errorf("%d MiB on %s, want %s (the small card's slot is 10240 MiB)", tt.mem, got, tt.want)
+		}
 	}
 }
