@@ -208,7 +208,7 @@ func classOf(r *core.Reason) pendingClass {
 		return pendingNUMAKubelet
 	case core.ReasonHost:
 		return pendingHost
-	case core.ReasonNoCapacity:
+	case core.ReasonNoCapacity, core.ReasonMPSSlot:
 		return pendingMemory
 	case core.ReasonUnhealthy:
 		return pendingUnhealthy

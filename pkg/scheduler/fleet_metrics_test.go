@@ -228,3 +228,10 @@ func benchFleet(b *testing.B) *harness {
 	}
 	return h
 }
+
+// A shared pod over one MPS slot's memory waits for memory, not for "other".
+func TestPendingClassOfMPSSlotIsMemory(t *testing.T) {
+	if got := pendingClasses[classOf(&core.Reason{Kind: core.ReasonMPSSlot})]; got != "memory" {
+		t.Errorf("class %q, want memory", got)
+	}
+}
