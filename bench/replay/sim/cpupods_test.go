@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cardinal-gpu/cardinal/bench/replay/trace"
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
-	"github.com/go-logr/logr"
 )
 
 // cpuOnlyTestPods are a one-card pod and a CPU-only pod, drawn alike.
