@@ -76,7 +76,7 @@ BENCH_S6_WINDOW ?=
 BENCH_ONLY      ?=
 
 .PHONY: bench replay links
-replay: ## Replay the Alibaba GPU trace through the decision core (REPLAY_FLAGS, e.g. --policies binpack,frag-aware --format markdown).
+replay: ## Replay the Alibaba GPU trace through the decision core (REPLAY_FLAGS, e.g. --policies frag-aware,bestfit --cpu-pods cardinal --format markdown).
 	$(GO) run ./bench/replay $(REPLAY_FLAGS)
 
 links: ## Print S9's table: multi-card pods given all-NVLink cards, Cardinal vs card binpack vs kubelet-time picking (LINKS_FLAGS, e.g. --seeds 10).

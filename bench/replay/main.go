@@ -40,11 +40,11 @@ func run() error {
 	logOpts.AddFlags(fs)
 	nodes := fs.String("nodes", traceDir+"openb_node_list_gpu_node.csv", "node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
 	pods := fs.StringSlice("pods", []string{traceDir + "openb_pod_list_default.csv"}, "pod list CSVs, comma-separated (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]); each is replayed under every policy pair")
-	policies := fs.String("policies", "binpack", `policy pairs "node/gpu", comma-separated; a lone name is both (e.g. "binpack,spread/binpack,frag-aware")`)
+	policies := fs.String("policies", "binpack", `policy pairs "node/gpu", comma-separated; a lone name is both (e.g. "binpack,spread/binpack,frag-aware"); "bestfit" is the replay's BestFit baseline (both halves)`)
 	seeds := fs.String("seeds", "42-51", "seeds, comma-separated seeds or ranges; each seed shuffles and samples the pods differently")
 	arrival := fs.Float64("arrival", 130, "stop arrivals when the GPU they asked for reaches this % of cluster GPU capacity")
 	fragAt := fs.Float64("frag-at", 90, "measure fragmentation when arrivals reach this % of cluster GPU capacity")
-	cpuPods := fs.String("cpu-pods", string(sim.CPUPodsLeastAllocated), `how CPU-only pods (which kube-scheduler places without Cardinal) choose a node: "least-allocated" (kube-scheduler's default) or "most-allocated"`)
+	cpuPods := fs.String("cpu-pods", string(sim.CPUPodsLeastAllocated), `how CPU-only pods choose a node: "least-allocated" (kube-scheduler's default, without Cardinal), "most-allocated" (a MostAllocated profile), or "cardinal" (routed to Cardinal: the core places them with the run's policies, bestfit by BestFit)`)
 	scoring := fs.String("scoring", string(sim.ScoringCore), `how GPU pods rank nodes: "core" (the core's unrounded score alone, ties to the smaller node name: the policy comparison) or "kube" (kube-scheduler with the extender and profile as the chart configures them: the extender's rank of the core's scores × --kube-weight × 10, plus the CPU and memory scores with --kube-resource-scores; ties to the smaller node name)`)
 	kubeFit := fs.String("kube-fit", string(sim.CPUPodsLeastAllocated), `scoring strategy of kube-scheduler's NodeResourcesFit in the cardinal-scheduler profile (with --scoring=kube --kube-resource-scores): "least-allocated" (the default) or "most-allocated"`)
 	kubeWeight := fs.Int("kube-weight", sim.DefaultKubeWeight, "the extender's weight in kube-scheduler's configuration (with --scoring=kube; the chart's scheduler.extender.weight)")
@@ -57,6 +57,7 @@ func run() error {
 	blends := fs.StringArray("blend", nil, `replay a blend instead of the pod lists: "kind=weight,...[,spec=p]" resamples the --pods lists together, a kind (cpu, frac, 1, 2, 4, 8) drawn in proportion to its weight (1 when not named), and with spec=p a GPU pod without gpu_spec gets one of the pool's with chance p (see sim.Blend); repeat the flag for several blends`)
 	blendRows := fs.Int("blend-rows", 0, "pods per blend; 0 means the pool's rows / the number of --pods lists")
 	blendSeed := fs.Uint64("blend-seed", 1, "seed of the blends' draw (the replay's --seeds then shuffle and sample each blend as a pod list)")
+	dump := fs.String("dump", "", "with one --blend: also write the blend's pod list to this CSV file, which --pods reads back")
 	parallel := fs.Int("parallel", 0, "seeds replayed at once; 0 means GOMAXPROCS")
 	format := fs.String("format", string(sim.FormatText), `output: "text" (aligned table) or "markdown"`)
 	perSeed := fs.Bool("per-seed", false, "also print one line per seed")
@@ -111,7 +112,7 @@ func run() error {
 			Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
 			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost, Why: *why,
 		},
-		Blends: blendList, BlendRows: *blendRows, BlendSeed: *blendSeed,
+		Blends: blendList, BlendRows: *blendRows, BlendSeed: *blendSeed, Dump: *dump,
 		Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
 	}, os.Stdout)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,6 +46,9 @@ type BatchConfig struct {
 	Blends    []Blend
 	BlendRows int
 	BlendSeed uint64
+	// Dump, when set, is a file to which the blend's pod list is written (trace.WritePods), for the
+	// replay to read back as a pod list; it takes exactly one blend.
+	Dump string
 	// PerSeed prints one line per seed as well.
 	PerSeed bool
 	Log     logr.Logger
@@ -60,6 +64,9 @@ func (c *BatchConfig) validate() error {
 	}
 	if len(c.Pairs) == 0 {
 		errs = append(errs, errors.New("no policy pair to run"))
+	}
+	if c.Dump != "" && len(c.Blends) != 1 {
+		errs = append(errs, fmt.Errorf("--dump %s takes exactly one --blend, not %d", c.Dump, len(c.Blends)))
 	}
 	if c.Format != FormatText && c.Format != FormatMarkdown {
 		errs = append(errs, fmt.Errorf("--format %q is not text or markdown", c.Format))
@@ -94,12 +101,20 @@ func ParseSeeds(s string) ([]uint64, error) {
 }
 
 // ParsePairs parses policy pairs "node/gpu" separated by commas; a lone name is used for both.
+// "bestfit" (PolicyBestFit, the replay's baseline) stands alone.
 func ParsePairs(s string) ([][2]annotations.Policy, error) {
 	var out [][2]annotations.Policy
 	for _, part := range strings.Split(s, ",") {
 		n, g, ok := strings.Cut(strings.TrimSpace(part), "/")
 		if !ok {
 			g = n
+		}
+		if n == string(PolicyBestFit) || g == string(PolicyBestFit) {
+			if n != g {
+				return nil, fmt.Errorf("policy pair %q: %s is both halves or neither", part, PolicyBestFit)
+			}
+			out = append(out, [2]annotations.Policy{PolicyBestFit, PolicyBestFit})
+			continue
 		}
 		np, err := annotations.ParsePolicy("node policy", n)
 		if err != nil {
@@ -149,6 +164,11 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 				return err
 			}
 			lists, names = append(lists, pods), append(names, "blend "+c.Blends[i].String())
+		}
+		if c.Dump != "" {
+			if err := dumpPods(c.Dump, lists[0]); err != nil {
+				return err
+			}
 		}
 	}
 	for li, pods := range lists {
@@ -226,4 +246,20 @@ func pm(s Stat, digits int) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.*f ± %.*f", digits, s.Mean, digits, s.SD)
+}
+
+// dumpPods writes pods to the file path as a pod list (trace.WritePods).
+func dumpPods(path string, pods []trace.Pod) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--dump: %w", err)
+	}
+	if err := trace.WritePods(f, pods); err != nil {
+		f.Close()
+		return fmt.Errorf("--dump %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--dump %s: %w", path, err)
+	}
+	return nil
 }

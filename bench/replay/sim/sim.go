@@ -6,8 +6,10 @@
 // for reaches Arrival (130 %) of the cluster's cards; they arrive one at a time and never leave. A GPU
 // pod goes where Cardinal would put it: kube-scheduler's part (CPU and memory fit) first, then
 // core.Pod.Fit and core.Pod.Score on every remaining node with the pod's node and card policies,
-// the best by core.Candidate.Better (higher score, then the smaller node name). A CPU-only pod never
-// reaches Cardinal: it goes where kube-scheduler's default scoring would put it (see CPUPodPolicy).
+// the best by core.Candidate.Better (higher score, then the smaller node name). A CPU-only pod goes
+// where kube-scheduler's resource scoring would put it, or, with CPUPodsCardinal, through the core
+// like a GPU pod, as the extender places the CPU-only pods routed to it (see CPUPodPolicy). The
+// pseudo-policy PolicyBestFit ranks nodes by the replay's own BestFit score instead of the core's.
 // A pod that fits nowhere is dropped.
 //
 // Nodes whose cards are in the same state (model, and what is held on every card, card by card)
@@ -43,6 +45,26 @@ const (
 	CPUPodsLeastAllocated CPUPodPolicy = "least-allocated"
 	// CPUPodsMostAllocated is NodeResourcesFit MostAllocated: the node with the least left.
 	CPUPodsMostAllocated CPUPodPolicy = "most-allocated"
+	// CPUPodsCardinal routes CPU-only pods to Cardinal: the core decides them with the run's
+	// policies (core.Pod.Fit and Score of a pod whose request has no GPU container, with its CPU and
+	// memory as Pod.Host), scored and ranked as GPU pods are (Scoring). Under PolicyBestFit they go
+	// by BestFit too. This is the protocol of the published BestFit and FGD figures, whose simulator
+	// places every pod, CPU-only ones included, with the policy under test.
+	CPUPodsCardinal CPUPodPolicy = "cardinal"
+)
+
+// PolicyBestFit is not a Cardinal policy but the replay's baseline, as Weng et al. define BestFit:
+// the node with the least resources left after the pod, a weighted sum of free GPU and free CPU,
+// each as a share of the largest node's (bestFitGPUWeight, bestFitCPUWeight, bestFitMemWeight; the
+// weights of the authors' simulator, which leaves memory out). Inside the node the cards are
+// binpack's. Named in a policy pair it must be both halves ("bestfit").
+const PolicyBestFit annotations.Policy = "bestfit"
+
+// BestFit's weights.
+const (
+	bestFitGPUWeight = 0.5
+	bestFitCPUWeight = 0.5
+	bestFitMemWeight = 0.0
 )
 
 // Scoring is how a GPU pod's candidate nodes are ranked.
@@ -129,9 +151,12 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("frag-at %v is not in (0, arrival]", c.FragAt))
 	}
 	switch c.CPUPods {
-	case CPUPodsLeastAllocated, CPUPodsMostAllocated:
+	case CPUPodsLeastAllocated, CPUPodsMostAllocated, CPUPodsCardinal:
 	default:
-		errs = append(errs, fmt.Errorf("cpu-pod policy %q is not %s or %s", c.CPUPods, CPUPodsLeastAllocated, CPUPodsMostAllocated))
+		errs = append(errs, fmt.Errorf("cpu-pod policy %q is not %s, %s or %s", c.CPUPods, CPUPodsLeastAllocated, CPUPodsMostAllocated, CPUPodsCardinal))
+	}
+	if (c.NodePolicy == PolicyBestFit) != (c.GPUPolicy == PolicyBestFit) {
+		errs = append(errs, fmt.Errorf("policy pair %s/%s: %s is both halves or neither", c.NodePolicy, c.GPUPolicy, PolicyBestFit))
 	}
 	switch c.KubeFit {
 	case CPUPodsLeastAllocated, CPUPodsMostAllocated:
@@ -191,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("replay config: %w", err)
 	}
-	decider, err := core.New(core.Options{NodePolicy: cfg.NodePolicy, GPUPolicy: cfg.GPUPolicy})
+	decider, err := core.New(cfg.coreOptions())
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -216,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	prepared := make([]*core.Pod, len(specs))
 	for i := range specs {
-		if specs[i].request.Empty() {
+		if specs[i].request.Empty() && cfg.CPUPods != CPUPodsCardinal {
 			continue
 		}
 		if prepared[i], err = decider.PrepareHost(specs[i].request, specs[i].selector, cfg.podHost(specs[i].row)); err != nil {
@@ -249,6 +274,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 			defer func() { <-sem }()
 			r := &replay{cfg: &cfg, nodes: nodes, invs: invs, specs: specs, pods: prepared, typical: typical, capacity: capacity}
+			r.bestFitScale()
 			res.Seeds[si], errs[si] = r.run(ctx, seed)
 		}()
 	}
@@ -258,6 +284,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// coreOptions are the Decider's policies: binpack's for PolicyBestFit (its cards; the replay
+// scores its nodes).
+func (c *Config) coreOptions() core.Options {
+	if c.NodePolicy == PolicyBestFit {
+		return core.Options{NodePolicy: annotations.PolicyBinpack, GPUPolicy: annotations.PolicyBinpack}
+	}
+	return core.Options{NodePolicy: c.NodePolicy, GPUPolicy: c.GPUPolicy}
 }
 
 // coreHost reports whether the core sees CPU and memory.
@@ -271,11 +306,12 @@ func (c *Config) podHost(p *trace.Pod) core.HostRequest {
 	return core.HostRequest{CPUMilli: p.CPUMilli, MemMiB: p.MemoryMiB}
 }
 
-// hostInKey reports whether node groups must also share CPU and memory: only when the core sees
-// them and a policy reads them (frag-aware); binpack and spread scores do not depend on them, and the
-// replay checks CPU and memory per node before asking the core.
+// hostInKey reports whether node groups must also share CPU and memory: only when a policy reads
+// them (frag-aware when the core sees them; BestFit always); binpack and spread scores do not depend
+// on them, and the replay checks CPU and memory per node before asking the core.
 func (c *Config) hostInKey() bool {
-	return c.coreHost() && (c.NodePolicy == annotations.PolicyFragAware || c.GPUPolicy == annotations.PolicyFragAware)
+	return c.NodePolicy == PolicyBestFit ||
+		c.coreHost() && (c.NodePolicy == annotations.PolicyFragAware || c.GPUPolicy == annotations.PolicyFragAware)
 }
 
 // simNode is one node during a replay.
@@ -318,6 +354,8 @@ type replay struct {
 	candScores []float64
 	keyBuf     []byte
 	calls      int
+	// maxGPUMilli and maxCPUMilli, maxMemMiB are the largest node's, BestFit's scale.
+	maxGPUMilli, maxCPUMilli, maxMemMiB int64
 	// scratch holds the core's buffers across the nodes a pod is decided on.
 	scratch core.Scratch
 }
@@ -361,9 +399,18 @@ func (r *replay) run(ctx context.Context, seed uint64) (SeedResult, error) {
 		arrived += spec.gpuMilli
 		res.Arrived++
 		var node int
-		if spec.request.Empty() {
+		switch {
+		case spec.request.Empty() && r.cfg.CPUPods == CPUPodsCardinal:
+			var err error
+			if node, err = r.placeGPU(spec, r.pods[idx]); err != nil {
+				return res, err
+			}
+			if node >= 0 && res.Why != nil {
+				res.Why.whyCPU(&r.sim[node])
+			}
+		case spec.request.Empty():
 			node = r.placeCPU(spec, res.Why)
-		} else {
+		default:
 			var err error
 			if node, err = r.placeGPU(spec, r.pods[idx]); err != nil {
 				return res, err
@@ -408,7 +455,9 @@ func (n *simNode) fitsHost(p *trace.Pod) bool {
 	return n.ignoreHost || (n.cpuFree >= p.CPUMilli && n.memFree >= p.MemoryMiB)
 }
 
-// placeGPU places a GPU pod where Cardinal would and returns the node, or -1 when it fits nowhere.
+// placeGPU places a GPU pod where Cardinal would and returns the node, or -1 when it fits nowhere;
+// with CPUPodsCardinal, a CPU-only pod as well (its request has no container: the mix counts
+// nothing, the plan takes no card, only the pod's CPU and memory).
 func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 	// The mix is what the cluster has seen: every GPU pod that arrived, this one included.
 	r.mix.AddPodHost(&spec.request, &spec.selector, r.cfg.podHost(spec.row))
@@ -432,6 +481,9 @@ func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 		plan, reason := pod.FitWith(n.state, &r.mix, &r.scratch)
 		if reason != nil {
 			return 0, false
+		}
+		if r.cfg.NodePolicy == PolicyBestFit {
+			return r.bestFit(n, spec.row), true
 		}
 		return pod.ScoreWith(n.state, plan, &r.mix, &r.scratch), true
 	}
@@ -480,6 +532,9 @@ func (r *replay) placeGPU(spec *podSpec, pod *core.Pod) (int, error) {
 	n.state.Apply(plan)
 	n.cpuFree -= spec.row.CPUMilli
 	n.memFree -= spec.row.MemoryMiB
+	if spec.request.Empty() {
+		n.cpuPodMilli += spec.row.CPUMilli
+	}
 	perCard := int64(trace.MilliPerGPU)
 	if spec.row.Fractional() {
 		perCard = spec.row.GPUMilli
@@ -587,8 +642,9 @@ func (r *replay) regroup(ni int) {
 		b = binary.AppendVarint(b, int64(c.NUMA))
 	}
 	if r.cfg.hostInKey() {
-		b = binary.AppendVarint(b, n.state.Host.FreeCPUMilli())
-		b = binary.AppendVarint(b, n.state.Host.FreeMemMiB())
+		// The replay's own count, which equals the core's (NodeState.Host) when the core sees it.
+		b = binary.AppendVarint(b, n.cpuFree)
+		b = binary.AppendVarint(b, n.memFree)
 	}
 	r.keyBuf = b
 	if n.group >= 0 {
@@ -631,4 +687,34 @@ func (r *replay) leave(ni int) {
 		}
 	}
 	r.groups = r.groups[:last]
+}
+
+// bestFitScale finds BestFit's scale: the largest node's GPU, CPU and memory.
+func (r *replay) bestFitScale() {
+	for i := range r.nodes {
+		n := &r.nodes[i]
+		r.maxGPUMilli = max(r.maxGPUMilli, int64(n.GPUs)*trace.MilliPerGPU)
+		r.maxCPUMilli = max(r.maxCPUMilli, n.CPUMilli)
+		r.maxMemMiB = max(r.maxMemMiB, n.MemoryMiB)
+	}
+}
+
+// bestFit is BestFit's score of pod p on node n (higher is better): minus what the node has left
+// after the pod, free GPU (milli-GPU), CPU and memory each as a share of the largest node's, weighted
+// (PolicyBestFit). A CPU-only pod leaves the GPU term as it is: it goes where GPU and CPU left are
+// least together.
+func (r *replay) bestFit(n *simNode, p *trace.Pod) float64 {
+	gpuLeft := int64(len(n.usedMilli)) * trace.MilliPerGPU
+	for _, u := range n.usedMilli {
+		gpuLeft -= u
+	}
+	gpuLeft -= p.GPUMilliTotal()
+	share := func(left, scale int64) float64 {
+		if scale <= 0 {
+			return 0
+		}
+		return float64(left) / float64(scale)
+	}
+	return -(bestFitGPUWeight*share(gpuLeft, r.maxGPUMilli) + bestFitCPUWeight*share(n.cpuFree-p.CPUMilli, r.maxCPUMilli) +
+		bestFitMemWeight*share(n.memFree-p.MemoryMiB, r.maxMemMiB))
 }

@@ -73,8 +73,8 @@ func TestSamplingWithReplacement(t *testing.T) {
 }
 
 // TestGroupedEqualsNodeByNode: asking the core once per distinct card state picks exactly the
-// nodes that asking it about every node picks, on a slice of the real trace, for every policy and
-// both scorings.
+// nodes that asking it about every node picks, on a slice of the real trace, for every policy (BestFit
+// included), both scorings and CPU-only pods placed by kube-scheduler or routed to the core.
 func TestGroupedEqualsNodeByNode(t *testing.T) {
 	nodes, err := trace.LoadNodes(filepath.Join(traceDir, "openb_node_list_gpu_node.csv"))
 	if err != nil {
@@ -90,9 +90,17 @@ func TestGroupedEqualsNodeByNode(t *testing.T) {
 		some = append(some, nodes[i])
 	}
 	for _, scoring := range []Scoring{ScoringKube, ScoringCore} {
-		for _, p := range []annotations.Policy{annotations.PolicyBinpack, annotations.PolicySpread, annotations.PolicyFragAware} {
+		for _, c := range []struct {
+			policy  annotations.Policy
+			cpuPods CPUPodPolicy
+		}{
+			{annotations.PolicyBinpack, CPUPodsLeastAllocated}, {annotations.PolicySpread, CPUPodsLeastAllocated},
+			{annotations.PolicyFragAware, CPUPodsLeastAllocated}, {PolicyBestFit, CPUPodsLeastAllocated},
+			{annotations.PolicyFragAware, CPUPodsCardinal}, {PolicyBestFit, CPUPodsCardinal},
+		} {
+			p := c.policy + "+" + annotations.Policy(c.cpuPods)
 			cfg := baseConfig(some, pods)
-			cfg.NodePolicy, cfg.GPUPolicy, cfg.Scoring, cfg.Record = p, p, scoring, true
+			cfg.NodePolicy, cfg.GPUPolicy, cfg.CPUPods, cfg.Scoring, cfg.Record = c.policy, c.policy, c.cpuPods, scoring, true
 			grouped, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -331,3 +331,22 @@ func (r *row) fail(col, reason string) {
 	}
 	r.err = &Error{File: r.t.file, Line: line, Column: col, Value: r.str(col), Reason: reason}
 }
+
+// WritePods writes pods as a pod list that ReadPods reads back to the same pods: the columns
+// name, cpu_milli, memory_mib, num_gpu, gpu_milli and gpu_spec (models joined by "|").
+func WritePods(w io.Writer, pods []Pod) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write([]string{colPodName, colPodCPU, colPodMemory, colPodNumGPU, colPodGPUMilli, colPodGPUSpec}); err != nil {
+		return err
+	}
+	for i := range pods {
+		p := &pods[i]
+		rec := []string{p.Name, strconv.FormatInt(p.CPUMilli, 10), strconv.FormatInt(p.MemoryMiB, 10), strconv.Itoa(p.NumGPU),
+			strconv.FormatInt(p.GPUMilli, 10), strings.Join(p.GPUSpec, "|")}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

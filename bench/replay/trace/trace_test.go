@@ -176,3 +176,24 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("error %v, want one naming the file", err)
 	}
 }
+
+// WritePods writes a pod list that ReadPods reads back to the same pods (a model list included).
+func TestWritePodsRoundTrip(t *testing.T) {
+	pods := []Pod{
+		{Name: "p0", CPUMilli: 12000, MemoryMiB: 16384, NumGPU: 1, GPUMilli: 1000},
+		{Name: "p1", CPUMilli: 6000, MemoryMiB: 12288, NumGPU: 1, GPUMilli: 460},
+		{Name: "p2", CPUMilli: 32000, MemoryMiB: 65536},
+		{Name: "p3", CPUMilli: 8000, MemoryMiB: 30000, NumGPU: 8, GPUMilli: 1000, GPUSpec: []string{"V100M16", "V100M32"}},
+	}
+	var b strings.Builder
+	if err := WritePods(&b, pods); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadPods(strings.NewReader(b.String()), "dump.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(pods, got); d != "" {
+		t.Errorf("pods read back (-written +read):\n%s", d)
+	}
+}

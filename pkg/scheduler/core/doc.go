@@ -27,6 +27,11 @@
 //   - Pod.Fit(*NodeState, *TaskMix) (*Plan, *Reason): the cards of every GPU container, or a typed
 //     Reason (Reason.String for people, Reason.Unresolvable when only other cards could help).
 //     ReasonHost: the node's known CPU or memory cannot hold Pod.Host (checked before the cards).
+//     A CPU-only pod (a request without containers, Host set: one routed to Cardinal) fits on
+//     CPU and memory alone and its plan takes no card; Score ranks it by the node policy: binpack
+//     and spread by the cards' use as it stands (binpack the fullest, a node without cards first;
+//     spread the emptiest), frag-aware by what its CPU and memory strand of the cards the mix
+//     could use (fragaware.go: fragAwareNode, shortfall, hostOnlyTie).
 //   - Pod.FitWith / Pod.ScoreWith take a *Scratch (zero value ready, one per goroutine) whose
 //     buffers they reuse: no allocation per node; the plan is valid until the scratch's next use.
 //   - Pod.Score(*NodeState, *Plan, *TaskMix) float64: 0..MaxScore by the node policy.

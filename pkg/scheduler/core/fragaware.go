@@ -112,12 +112,98 @@ func fragAwareNode(in *NodeInput) float64 {
 	s.listAfter(in)
 	after := s.expected(&in.Node.Host, in.Plan.Host)
 	delta := after - before
+	if len(in.Plan.Devices) == 0 {
+		// A pod without cards (a CPU-only pod routed to Cardinal): ΔF sees only what its CPU and
+		// memory take from the mix; shared classes are counted by shortfall; ties: hostOnlyTie.
+		delta += s.shortfall(in)
+		return MaxScore/(1+math.Exp(fragSlope*delta)) - fragTieBreak*hostOnlyTie(in)
+	}
 	// Tie-break (see fragTieBreak): the larger of card and CPU use after the placement.
 	tie := utilizationAfter(in)
 	if h := &in.Node.Host; h.AllocCPUMilli > 0 {
 		tie = max(tie, float64(h.UsedCPUMilli+in.Plan.Host.CPUMilli)/float64(h.AllocCPUMilli))
 	}
 	return MaxScore/(1+math.Exp(fragSlope*delta)) - fragTieBreak*tie
+}
+
+// hostOnlyTie is the tie-break of a placement that takes no card, only CPU and memory (a CPU-only
+// pod), between nodes of equal ΔF (with shortfall); lower wins. The node's free GPU capacity first (in cards, healthy
+// cards only: a node without cards, or whose cards are all held, comes first): the fewer free cards
+// a node has, the less of its CPU and memory they can still need, so the pod takes it where it
+// strands the least should the mix change. Then the fuller node (the larger of its CPU and memory
+// use after the pod): CPU-only pods pack onto the nodes they already use, keeping the others' CPU
+// and memory whole for the GPU pods to come. The emptier-node rule of GPU placements (fragTieBreak)
+// would do the opposite here: with ΔF 0 on every node whose CPU is plentiful, it sent CPU-only pods
+// to untouched nodes, as kube-scheduler's least-allocated scoring does.
+func hostOnlyTie(in *NodeInput) float64 {
+	free := 0.0
+	for i := range in.Node.Cards {
+		c := &in.Node.Cards[i]
+		if c.Healthy {
+			free += in.Node.cardWeight(c) * (1 - c.Utilization(in.After(i)))
+		}
+	}
+	use := 0.0
+	if h := &in.Node.Host; h.AllocCPUMilli > 0 {
+		use = float64(h.UsedCPUMilli+in.Plan.Host.CPUMilli) / float64(h.AllocCPUMilli)
+	}
+	if h := &in.Node.Host; h.AllocMemMiB > 0 {
+		use = max(use, float64(h.UsedMemMiB+in.Plan.Host.MemMiB)/float64(h.AllocMemMiB))
+	}
+	return free + 1 - min(use, 1)
+}
+
+// shortfall is the rise, in cards, of the node's expected free GPU capacity that its CPU and memory
+// could not feed, when a CPU-only pod's CPU and memory (in.Plan.Host) are taken, for the shared
+// classes of the mix: for each such counted class m, max(0, G − pods × share_m × cards_m), where G is
+// the node's free GPU capacity and pods how many pods of m its free CPU and memory hold (fractions
+// included); the after less the before, weighted by w_m over the whole mix's weight (as ΔF is).
+// ΔF's host rule (hostCapacity) already counts whole-card classes this way, but sees a shared class
+// only when not one more pod of it fits: it misses that a card shared by pods of m needs the CPU of
+// 1 / share_m pods. GPU placements keep ΔF alone (fraghost.go says why); for a CPU-only pod, whose
+// ΔF is its host part only, leaving shortfall out sent CPU-only pods of the gpushare100 trace onto
+// nodes whose shared cards then lacked CPU (cardinal protocol, core scoring, seeds 42–43: 86.95 %
+// GPU allocated at 130 % arrival without, 87.25 % with it).
+func (s *fragState) shortfall(in *NodeInput) float64 {
+	h := &in.Node.Host
+	if !h.Known() {
+		return 0
+	}
+	g := 0.0
+	for i := range in.Node.Cards {
+		if c := &in.Node.Cards[i]; c.Healthy && !c.Instance() {
+			g += 1 - c.Utilization(in.After(i))
+		}
+	}
+	if g <= 0 {
+		return 0
+	}
+	sum, total := 0.0, 0.0
+	for i := range s.idx.active {
+		t := &s.idx.active[i]
+		total += t.weight
+		if t.whole {
+			continue // ΔF counts them already (hostCapacity)
+		}
+		sum += t.weight * (t.short(h, in.Plan.Host, g) - t.short(h, HostRequest{}, g))
+	}
+	if total <= 0 {
+		return 0
+	}
+	return sum / total
+}
+
+// short is the free GPU capacity g (in cards) of a node that pods of the class could not reach for
+// want of the CPU and memory h has free less extra (see fragState.shortfall).
+func (t *fragClass) short(h *HostState, extra HostRequest, g float64) float64 {
+	pods := math.Inf(1)
+	if h.AllocCPUMilli > 0 && t.cpu > 0 {
+		pods = float64(max(h.AllocCPUMilli-h.UsedCPUMilli-extra.CPUMilli, 0)) / float64(t.cpu)
+	}
+	if h.AllocMemMiB > 0 && t.mem > 0 {
+		pods = min(pods, float64(max(h.AllocMemMiB-h.UsedMemMiB-extra.MemMiB, 0))/float64(t.mem))
+	}
+	return max(g-pods*t.share*float64(t.cards), 0)
 }
 
 // fragAwareCard scores one card for one device by the change of the node's expected fragmentation
@@ -260,6 +346,9 @@ type fragClass struct {
 	whole    bool
 	cpu, mem int64
 	group    int
+	// share is the part of a card one device of the class takes: 1 for whole cards, else its
+	// compute share (Cores), else its memory share when given in percent, else 1.
+	share float64
 }
 
 func (x *fragIndex) build(m *TaskMix) {
@@ -299,7 +388,8 @@ func (x *fragIndex) build(m *TaskMix) {
 			g = len(x.groups)
 			x.groups = append(x.groups, ci)
 		}
-		x.active = append(x.active, fragClass{weight: w, cards: t.Cards, whole: t.Whole, cpu: t.HostCPUMilli, mem: t.HostMemMiB, group: g})
+		x.active = append(x.active, fragClass{weight: w, cards: t.Cards, whole: t.Whole, cpu: t.HostCPUMilli, mem: t.HostMemMiB, group: g,
+			share: classShare(t)})
 	}
 }
 
@@ -674,4 +764,17 @@ func classMemOn(t *TaskClass, total int64) int64 {
 		return total * int64(t.MemPercent) / 100
 	}
 	return 0
+}
+
+// classShare is fragClass.share of t.
+func classShare(t *TaskClass) float64 {
+	switch {
+	case t.Whole:
+		return 1
+	case t.Cores > 0 && t.Cores < 100:
+		return float64(t.Cores) / 100
+	case t.MemPercent > 0 && t.MemPercent < 100:
+		return float64(t.MemPercent) / 100
+	}
+	return 1
 }
