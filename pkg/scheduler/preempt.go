@@ -420,19 +420,18 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		}
 		return false
 	}
-	// Pods being deleted free their cards anyway: released from the start, never counted as
-	// victims; those of lower priority are named only when they alone make room (leaving).
+	// Pods being deleted free their cards anyway: released from the start, never named as victims.
+	// Naming one races with its end: kube-scheduler's preemption of a pod already gone fails ("not
+	// found") and leaves the preemptor waiting for a deletion it never sees again.
 	var pool []candidate
-	var leaving []types.UID
+	leaving := false
 	for _, rec := range n.pods {
 		if rec.uid == uid || rec.reserved || len(rec.applied) == 0 {
 			continue
 		}
 		m, ok := c.preempt.meta[rec.uid]
 		if ok && m.terminating {
-			if m.priority < p.Priority && useful(rec) {
-				leaving = append(leaving, rec.uid)
-			}
+			leaving = leaving || (m.priority < p.Priority && useful(rec))
 			c.release(work, rec)
 			continue
 		}
@@ -467,9 +466,10 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		return plan != nil
 	}
 	if fits(nil) {
-		if len(leaving) > 0 {
-			// The pods already leaving make room: no other pod need go.
-			return c.victimsOf(append(slices.Clone(keptUIDs), leaving...), -1, pdbs), true
+		if leaving {
+			// Pods already leaving make room: no pod need go. The node is no candidate now; the
+			// pod fits once they are gone, and kube-scheduler tries it again when they are.
+			return Victims{}, false
 		}
 		// No card needs freeing: kube-scheduler's victims stand for what it models itself.
 		if len(prop.Victims) == 0 {
