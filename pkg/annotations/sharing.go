@@ -69,6 +69,11 @@ type Sharing struct {
 	Memory string `json:"memory,omitempty"`
 	// Compute says what holds a shared container to its compute (gpucores) reservation.
 	Compute string `json:"compute,omitempty"`
+	// ExclusiveCards (optional, added after EnforcementV 1; absent: false) says that the node's MPS
+	// daemon runs its cards in EXCLUSIVE_PROCESS: only the MPS server may hold a context on them,
+	// so a whole-card container (not an MPS client) cannot use them. The extender sends whole-card
+	// containers elsewhere and the device plugin refuses them.
+	ExclusiveCards bool `json:"exclusiveCards,omitempty"`
 }
 
 // sharingMode is what a mode may look like on the wire: known or not, a short lower-case word.
@@ -94,6 +99,12 @@ func (s *Sharing) validate() error {
 // later of the enforcement fields).
 func (s *Sharing) KernelMemory() bool {
 	return s != nil && s.EnforcementV >= 1 && (s.Memory == EnforcementKernel || s.Memory == EnforcementDriver)
+}
+
+// WholeCardsRefused reports whether the node's cards cannot be used whole: mode mps with its cards
+// in EXCLUSIVE_PROCESS (ExclusiveCards).
+func (s *Sharing) WholeCardsRefused() bool {
+	return s != nil && s.Mode == SharingMPS && s.ExclusiveCards
 }
 
 // Enforced reports whether shared containers on the node get limits something enforces now: the

@@ -259,7 +259,7 @@ func (p *Plugin) Inventory() annotations.Inventory {
 	if p.sharing.enforced() || p.limiter != nil {
 		memory, compute := memoryEnforcement(p.sharing.Mode, p.memBackend)
 		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingErr == nil,
-			EnforcementV: annotations.EnforcementVersion, Memory: memory, Compute: compute}
+			EnforcementV: annotations.EnforcementVersion, Memory: memory, Compute: compute, ExclusiveCards: p.sharing.exclusiveCards()}
 	}
 	return inv
 }
@@ -504,6 +504,15 @@ func (p *Plugin) serveLocked(res corev1.ResourceName, holders []holder, req *plu
 		}
 		if aerr == nil && p.sharing.Mode == annotations.SharingMPS {
 			aerr = overMPSSlot(p.table, o, p.names, p.table.shares)
+		}
+		if aerr == nil && res == p.names.GPU && p.sharing.exclusiveCards() && o.Owner != nil && !shared(o) {
+			aerr = refuse(ReasonExclusiveCards, []*podEntry{o.Owner.Pod}, "container %s of pod %s takes cards whole, but this node's MPS daemon "+
+				"runs its cards in EXCLUSIVE_PROCESS (--mps-compute-mode): only the MPS server may use them, so a process outside MPS "+
+				"could not; whole cards go to nodes not in mps mode, or set the daemon's computeMode to DEFAULT",
+				o.Owner.Name, o.Owner.Pod.key())
+			if o.Certain {
+				aerr.Admitted = o.Owner.Pod
+			}
 		}
 		if aerr != nil {
 			if aerr.Admitted != nil {

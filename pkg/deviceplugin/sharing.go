@@ -119,6 +119,22 @@ func overMPSSlot(t *deviceTable, o outcome, names annotations.ResourceNames, sha
 	return nil
 }
 
+// ReasonExclusiveCards: the container takes cards whole on a node whose MPS daemon runs the cards
+// in EXCLUSIVE_PROCESS (--mps-compute-mode): only the MPS server may hold a context there, so a
+// process that is no MPS client could not use its cards. The extender keeps the same rule.
+const ReasonExclusiveCards Reason = "exclusive-cards"
+
+// The compute modes of --mps-compute-mode, as nvidia-smi names them.
+const (
+	MPSComputeExclusive = "EXCLUSIVE_PROCESS"
+	MPSComputeDefault   = "DEFAULT"
+)
+
+// exclusiveCards reports whether the node's cards run in EXCLUSIVE_PROCESS for its MPS daemon.
+func (c SharingConfig) exclusiveCards() bool {
+	return c.Mode == annotations.SharingMPS && c.MPSComputeMode == MPSComputeExclusive
+}
+
 // SharingConfig is how the node enforces the limits of containers that share a card.
 type SharingConfig struct {
 	// Mode is annotations.SharingNone, SharingMPS or SharingHAMiCore.
@@ -136,6 +152,9 @@ type SharingConfig struct {
 	// HAMiCoreLockDir is the host folder shared containers get at HAMiCoreContainerLockDir; the
 	// plugin creates it (mode 1777) at start.
 	HAMiCoreLockDir string
+	// MPSComputeMode is the compute mode the node's MPS daemon sets on the cards (the chart's
+	// devicePlugin.sharing.mps.computeMode): MPSComputeExclusive or MPSComputeDefault; "": not said.
+	MPSComputeMode string
 	// CheckInterval is how often the mode's enforcement is checked (mps, hami-core).
 	CheckInterval time.Duration
 	// KernelMemoryLimits: where the node's driver and kernel offer per-cgroup GPU memory limits, set
@@ -174,6 +193,9 @@ func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.KernelMemoryLimits, "kernel-memory-limits", c.KernelMemoryLimits, "where the NVIDIA driver (r615+) and the kernel offer per-cgroup GPU memory limits (cgroup v2; the dmem controller "+
 		"from Linux 6.14, else the driver's own backend), cap each pod's memory on the cards its shared containers hold at their reservation, before they start (any --sharing-mode); detected at start, published in the inventory")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "the host's cgroup v2 hierarchy as the plugin sees it, where pods' cgroups are found for --kernel-memory-limits")
+	fs.StringVar(&c.MPSComputeMode, "mps-compute-mode", c.MPSComputeMode, "mps: the compute mode the node's MPS daemon sets on the cards, "+
+		MPSComputeExclusive+" (whole-card containers are then refused: only the MPS server may use a card; the inventory says exclusiveCards) or "+
+		MPSComputeDefault+" (empty: not said, whole cards served)")
 	fs.DurationVar(&c.CheckInterval, "sharing-check-interval", c.CheckInterval, "mps, hami-core: how often the MPS daemon (its socket, and its ready file naming --shares) or the library is checked; while the check fails the inventory says ready=false and shared containers are refused")
 }
 
@@ -194,6 +216,11 @@ func (c SharingConfig) Validate() error {
 		}
 		if c.MPSShmDir != "" && !filepath.IsAbs(c.MPSShmDir) {
 			errs = append(errs, fmt.Errorf("--mps-shm-dir: %q is not an absolute path", c.MPSShmDir))
+		}
+		switch c.MPSComputeMode {
+		case "", MPSComputeExclusive, MPSComputeDefault:
+		default:
+			errs = append(errs, fmt.Errorf("--mps-compute-mode: unknown mode %q (known: %s, %s)", c.MPSComputeMode, MPSComputeExclusive, MPSComputeDefault))
 		}
 	case annotations.SharingHAMiCore:
 		if !filepath.IsAbs(c.HAMiCoreLibrary) {

@@ -483,3 +483,41 @@ func TestMPSRefusesMoreThanOneSlotOfMemoryPerCard(t *testing.T) {
 		t.Errorf("hami-core, two slots of memory: %v", err)
 	}
 }
+
+// With --mps-compute-mode EXCLUSIVE_PROCESS only the MPS server may use the cards: a whole-card
+// container is refused (the extender keeps the rule too) and the inventory says exclusiveCards;
+// shared containers are served. With DEFAULT, or not said, whole cards are served as before.
+func TestMPSExclusiveCardsRefuseWholeCardContainers(t *testing.T) {
+	slot := func(card, k int) []string { return []string{annotations.SlotID(uuidOf(card), k)} }
+	for _, mode := range []string{MPSComputeExclusive, MPSComputeDefault, ""} {
+		t.Run("mode "+mode, func(t *testing.T) {
+			sc := mpsConfig()
+			sc.MPSComputeMode = mode
+			p := sharingPlugin(t, sc, 4)
+			p.SetSharingHealth(nil)
+			exclusive := mode == MPSComputeExclusive
+			if inv := p.Inventory(); inv.Sharing == nil || inv.Sharing.ExclusiveCards != exclusive {
+				t.Errorf("inventory sharing %+v, want exclusiveCards %v", inv.Sharing, exclusive)
+			}
+			p.UpsertPod(newPod("whole", ctr{name: "main", ids: slot(1, 0)}).obj(t))
+			_, err := allocateOne(p, slot(1, 0))
+			st, _ := status.FromError(err)
+			switch {
+			case exclusive && (err == nil || st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(),
+				"cardinal: exclusive-cards: container main of pod default/whole takes cards whole, but this node's MPS daemon runs its cards in EXCLUSIVE_PROCESS")):
+				t.Errorf("whole-card container: err = %v, want exclusive-cards", err)
+			case !exclusive && err != nil:
+				t.Errorf("whole-card container refused: %v", err)
+			}
+			p.UpsertPod(newPod("shared", ctr{name: "main", ids: slot(0, 0), memMiB: 10000}).obj(t))
+			if _, err := allocateOne(p, slot(0, 0)); err != nil {
+				t.Errorf("shared container refused: %v", err)
+			}
+		})
+	}
+	sc := mpsConfig()
+	sc.MPSComputeMode = "exclusive"
+	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), `--mps-compute-mode: unknown mode "exclusive"`) {
+		t.Errorf("Validate: %v", err)
+	}
+}

@@ -38,7 +38,7 @@ func TestSharingModeNoneRendersNoDaemon(t *testing.T) {
 	if flags["sharing-mode"] != "none" {
 		t.Errorf("--sharing-mode=%q, want none", flags["sharing-mode"])
 	}
-	for _, f := range []string{"mps-pipe-dir", "mps-shm-dir", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir", "sharing-check-interval"} {
+	for _, f := range []string{"mps-pipe-dir", "mps-shm-dir", "mps-compute-mode", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir", "sharing-check-interval"} {
 		if _, ok := flags[f]; ok {
 			t.Errorf("mode none passes --%s", f)
 		}
@@ -59,7 +59,8 @@ func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
 	plugin := get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec
 	pc := container(t, plugin, "device-plugin")
 	flags := flagsOf(t, pc.Args)
-	want := map[string]string{"sharing-mode": "mps", "mps-pipe-dir": "/run/x/mps/pipe", "mps-shm-dir": "/run/x/mps/shm", "sharing-check-interval": "5s"}
+	want := map[string]string{"sharing-mode": "mps", "mps-pipe-dir": "/run/x/mps/pipe", "mps-shm-dir": "/run/x/mps/shm", "sharing-check-interval": "5s",
+		"mps-compute-mode": "EXCLUSIVE_PROCESS"}
 	for k, v := range want {
 		if flags[k] != v {
 			t.Errorf("plugin --%s=%q, want %q", k, flags[k], v)

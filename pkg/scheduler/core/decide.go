@@ -455,6 +455,9 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	if r := p.sharingRefusal(n); r != nil {
 		return nil, r
 	}
+	if r := p.exclusiveCardsRefusal(n); r != nil {
+		return nil, r
+	}
 	f.ok = resize(f.ok, len(n.Cards))
 	if cap(f.extra) < len(n.Cards) {
 		f.extra = make([]Usage, len(n.Cards))
@@ -1073,6 +1076,20 @@ func (p *Pod) sharingRefusal(n *NodeState) *Reason {
 func overMPSSlot(n *NodeState, c *annotations.ContainerRequest, card *Card) bool {
 	return c.Shared && card.Shares > 1 && n.Sharing.ModeOrNone() == annotations.SharingMPS &&
 		c.MemoryOn(card.MemoryMiB) > card.MemoryMiB/int64(card.Shares)
+}
+
+// exclusiveCardsRefusal returns ReasonExclusiveCards when a container of p takes cards whole on a
+// node whose MPS daemon runs the cards in EXCLUSIVE_PROCESS (nil otherwise).
+func (p *Pod) exclusiveCardsRefusal(n *NodeState) *Reason {
+	if !n.Sharing.WholeCardsRefused() {
+		return nil
+	}
+	for i := range p.Request.Containers {
+		if c := &p.Request.Containers[i]; c.Count > 0 && !c.Shared && !c.MIG() {
+			return &Reason{Kind: ReasonExclusiveCards, Container: c.Name}
+		}
+	}
+	return nil
 }
 
 // mpsSlotRefusal returns ReasonMPSSlot when a shared container of p reserves more than one slot

@@ -84,6 +84,10 @@ const (
 	// at Allocate (deviceplugin ReasonMPSSlot). Need is the MiB asked on the largest card, Have
 	// the largest slot (MiB).
 	ReasonMPSSlot
+	// ReasonExclusiveCards: a container takes cards whole on a node whose MPS daemon runs the cards
+	// in EXCLUSIVE_PROCESS (inventory sharing.exclusiveCards): only the MPS server may use them, and
+	// the device plugin refuses whole-card containers there (deviceplugin ReasonExclusiveCards).
+	ReasonExclusiveCards
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -159,7 +163,7 @@ func (r *Reason) NodeSpecific() bool { return r.UUID != "" || r.Profile != "" }
 func (r *Reason) Unresolvable() bool {
 	switch r.Kind {
 	case ReasonUnknownNode, ReasonNoInventory, ReasonBadInventory, ReasonNoMatch, ReasonTooFewCards, ReasonSharingNotEnforced,
-		ReasonKubeletMIG, ReasonMPSSlot:
+		ReasonKubeletMIG, ReasonMPSSlot, ReasonExclusiveCards:
 		return true
 	case ReasonKubeletRefuses:
 		return r.Kubelet != nil && r.Kubelet.Reason == topology.ReasonInvalidNode
@@ -252,6 +256,8 @@ func (r *Reason) String() string {
 		fmt.Fprintf(&b, "shares a card, but the node's sharing mode is %s (limits not enforced) and enforced sharing is required", r.Detail)
 	case ReasonSharingNotReady:
 		fmt.Fprintf(&b, "shares a card, but the node's %s sharing cannot enforce limits now (not ready)", r.Detail)
+	case ReasonExclusiveCards:
+		b.WriteString("takes cards whole, but the node's MPS daemon runs its cards in EXCLUSIVE_PROCESS: only shared containers (MPS clients) can use them")
 	case ReasonMPSSlot:
 		fmt.Fprintf(&b, "shares a card and reserves %d MiB of it, more than one MPS slot of this mps node (at most %d MiB: card memory ÷ shares, "+
 			"what its MPS daemon gives each client); reserve at most one slot per card, or whole cards", r.Need, r.Have)

@@ -98,3 +98,40 @@ func TestFitMPSSlotPicksTheCardWhoseSlotHoldsIt(t *testing.T) {
 		}
 	}
 }
+
+// A node whose MPS daemon runs the cards in EXCLUSIVE_PROCESS (sharing.exclusiveCards) serves only
+// shared containers: a whole-card pod is refused there, as its device plugin would refuse it.
+func TestFitExclusiveCardsRefusesWholeCards(t *testing.T) {
+	d, err := New(Options{NodePolicy: annotations.PolicyBinpack, GPUPolicy: annotations.PolicyBinpack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		sharing *annotations.Sharing
+		pod     annotations.PodRequest
+		want    string
+	}{
+		{"mps exclusive, whole card", &annotations.Sharing{Mode: annotations.SharingMPS, Ready: true, ExclusiveCards: true}, pod(whole("main", 1)),
+			`container "main": takes cards whole, but the node's MPS daemon runs its cards in EXCLUSIVE_PROCESS: only shared containers (MPS clients) can use them`},
+		{"mps exclusive, shared", &annotations.Sharing{Mode: annotations.SharingMPS, Ready: true, ExclusiveCards: true}, pod(shared("main", 1, 10000, 10)), ""},
+		{"mps default compute mode, whole card", &annotations.Sharing{Mode: annotations.SharingMPS, Ready: true}, pod(whole("main", 1)), ""},
+		{"not mps: the field means nothing", &annotations.Sharing{Mode: annotations.SharingHAMiCore, Ready: true, ExclusiveCards: true}, pod(whole("main", 1)), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := nodeOf(card("GPU-0", "NVIDIA H100", 81920, 0, 4))
+			n.Sharing = tt.sharing
+			p, err := d.Prepare(tt.pod, annotations.Selector{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, reason := p.Fit(n, nil)
+			switch {
+			case tt.want == "" && reason != nil:
+				t.Fatalf("refused: %s", reason)
+			case tt.want != "" && (reason == nil || reason.String() != tt.want || !reason.Unresolvable()):
+				t.Fatalf("reason %v, want %q (unresolvable)", reason, tt.want)
+			}
+		})
+	}
+}
