@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -157,15 +156,11 @@ func (h *CPUPodsHandler) handle(req admission.Request) (admission.Response, Outc
 	if !h.rules.RouteCPUOnly(pod) {
 		return admission.Allowed(""), OutcomeAllowed, ""
 	}
-	before, err := json.Marshal(original)
+	resp, err := podPatch(original, pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
 	}
-	after, err := json.Marshal(pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
-	}
-	return admission.PatchResponseFromRaw(before, after), OutcomeMutated, ""
+	return resp, OutcomeMutated, ""
 }
 
 // cpuPodsWebhook is the MutatingWebhookConfiguration's routing webhook: CREATE of pods in the

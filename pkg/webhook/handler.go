@@ -82,17 +82,26 @@ func (h *Handler) create(req admission.Request) (admission.Response, Outcome, Re
 	if !changed {
 		return admission.Allowed("").WithWarnings(warnings...), OutcomeAllowed, ""
 	}
-	// Diff two renderings of the same Go type, so the patch holds only what Default changed and never
-	// removes a field the request carried in another form.
-	before, err := json.Marshal(original)
+	resp, err := podPatch(original, pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
+	}
+	return resp.WithWarnings(warnings...), OutcomeMutated, ""
+}
+
+// podPatch is the JSON patch from original to pod. It diffs two renderings of the same Go type, so
+// the patch holds only what the handler changed and never removes a field the request carried in
+// another form.
+func podPatch(original, pod *corev1.Pod) (admission.Response, error) {
+	before, err := json.Marshal(original)
+	if err != nil {
+		return admission.Response{}, err
 	}
 	after, err := json.Marshal(pod)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), OutcomeError, ""
+		return admission.Response{}, err
 	}
-	return admission.PatchResponseFromRaw(before, after).WithWarnings(warnings...), OutcomeMutated, ""
+	return admission.PatchResponseFromRaw(before, after), nil
 }
 
 func (h *Handler) update(req admission.Request) (admission.Response, Outcome, Reason) {
