@@ -274,6 +274,16 @@ type Plan struct {
 	CPUs []int
 }
 
+// holds reports whether the plan holds a device on card i.
+func (p *Plan) holds(i int) bool {
+	for _, d := range p.Devices {
+		if d.Card == i {
+			return true
+		}
+	}
+	return false
+}
+
 // After returns the usage of card i of n once the plan is applied.
 func (p *Plan) After(n *NodeState, i int) Usage {
 	u := n.Cards[i].Usage

@@ -34,12 +34,61 @@ func oracleFragAwareNode(in *NodeInput) float64 {
 		after = oracleAppendView(after, c, in.After(i))
 	}
 	delta := oracleExpectedFragHost(after, in.Mix, &in.Node.Host, in.Plan.Host) - oracleExpectedFragHost(before, in.Mix, &in.Node.Host, HostRequest{})
+	delta += oracleShortfall(in)
 	// Tie-break (see fragTieBreak): the larger of card and CPU use after the placement.
 	tie := utilizationAfter(in)
 	if h := &in.Node.Host; h.AllocCPUMilli > 0 {
 		tie = max(tie, float64(h.UsedCPUMilli+in.Plan.Host.CPUMilli)/float64(h.AllocCPUMilli))
 	}
 	return MaxScore/(1+math.Exp(fragSlope*delta)) - fragTieBreak*tie
+}
+
+// oracleShortfall is fragState.shortfall written plainly (added after the speed-up, not verbatim
+// old code): per counted shared class, the free capacity after the plan of the healthy cards of its
+// models that the plan holds (every card when it holds none) less what its pods' share of it the
+// node's free CPU and memory can feed, after the plan's host less before.
+func oracleShortfall(in *NodeInput) float64 {
+	h := &in.Node.Host
+	if !h.Known() {
+		return 0
+	}
+	short := func(t *TaskClass, extra HostRequest, g float64) float64 {
+		pods := math.Inf(1)
+		if h.AllocCPUMilli > 0 && t.HostCPUMilli > 0 {
+			pods = float64(max(h.AllocCPUMilli-h.UsedCPUMilli-extra.CPUMilli, 0)) / float64(t.HostCPUMilli)
+		}
+		if h.AllocMemMiB > 0 && t.HostMemMiB > 0 {
+			pods = min(pods, float64(max(h.AllocMemMiB-h.UsedMemMiB-extra.MemMiB, 0))/float64(t.HostMemMiB))
+		}
+		return max(g-pods*classShare(t)*float64(t.Cards), 0)
+	}
+	weights := oracleWeights(in.Mix)
+	sum, total := 0.0, 0.0
+	for ci := range in.Mix.Classes {
+		t, w := &in.Mix.Classes[ci], weights[ci]
+		if w == 0 {
+			continue
+		}
+		total += w
+		if t.Whole {
+			continue
+		}
+		g := 0.0
+		for j := range in.Node.Cards {
+			c := &in.Node.Cards[j]
+			held := slices.ContainsFunc(in.Plan.Devices, func(d Device) bool { return d.Card == j })
+			if c.Healthy && !c.Instance() && t.Accepts(c) && (len(in.Plan.Devices) == 0 || held) {
+				g += 1 - c.Utilization(in.After(j))
+			}
+		}
+		if g > 0 {
+			sum += w * (short(t, in.Plan.Host, g) - short(t, HostRequest{}, g))
+		}
+	}
+	if total <= 0 {
+		return 0
+	}
+	return sum / total
 }
 
 // oracleFragAwareCard scores one card for one device by the change of the node's expected fragmentation
