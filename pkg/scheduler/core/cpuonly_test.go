@@ -95,3 +95,39 @@ func TestFragAwareCPUOnlyPodCountsSharedCardsCPU(t *testing.T) {
 		t.Errorf("chose %s, want q (p's shared cards need its CPU)", best.Name)
 	}
 }
+
+// Where CPU runs short, a CPU-only pod packs: a mix of one-card pods asking 10 CPUs; u has 2 free
+// cards of 8 and 22 CPUs free (2.2 such pods: its cards are fed), e is untouched (8 free cards, 96
+// CPUs: 9.6 pods). A 4-CPU pod on u leaves CPU for 1.8 pods, 0.2 of a card out of reach (ΔF 0.2);
+// on e nothing (9.2 pods still feed 8 cards). ΔF alone takes e, and so the CPU-only pods of a
+// CPU-scarce cluster spread over the untouched nodes whose CPU the GPU pods to come need; what u
+// and e leave free after the pod (fragHostPack: on e nearly all of a node, on u a quarter of its
+// cards and a fifth of its CPU) outweighs 0.2 of a card: frag-aware must take u.
+func TestFragAwareCPUOnlyPodPacksWhereCPUIsShort(t *testing.T) {
+	mix := hostMix(faWhole(1), HostRequest{CPUMilli: 10000})
+	u, e := faNode("u", "A", 100, 100, 100, 100, 100, 100, 0, 0), faNode("e", "A", 0, 0, 0, 0, 0, 0, 0, 0)
+	u.SetHost(96000, 0)
+	u.HoldHost(HostRequest{CPUMilli: 74000})
+	e.SetHost(96000, 0)
+	p := cpuOnlyPod(t, annotations.PolicyFragAware, HostRequest{CPUMilli: 4000})
+	if best := bestNode(t, p, mix, e, u); best.Name != "u" {
+		t.Errorf("chose %s, want u (the node already in use, not the untouched one)", best.Name)
+	}
+}
+
+// shortfall counts, for a class, only the cards of its models: the mix is of pods sharing half a
+// card of model B, 8 CPUs each, and p and q (as in TestFragAwareCPUOnlyPodCountsSharedCardsCPU)
+// have only A cards, which no pod of the mix can take, so p's CPU strands nothing and the pod packs
+// onto p, the fuller node. Counting every card for every class took q.
+func TestFragAwareCPUOnlyPodShortfallCountsTheClassModelsOnly(t *testing.T) {
+	mix := &TaskMix{}
+	mix.AddPodHost(&annotations.PodRequest{Containers: []annotations.ContainerRequest{faShare(50)}},
+		&annotations.Selector{UseTypes: []string{"b"}}, HostRequest{CPUMilli: 8000})
+	pn, qn := faNode("p", "A", 0, 0, 0, 0), faNode("q", "A", 0, 0, 0, 0)
+	pn.SetHost(40000, 0)
+	qn.SetHost(100000, 0)
+	pod := cpuOnlyPod(t, annotations.PolicyFragAware, HostRequest{CPUMilli: 8000})
+	if best := bestNode(t, pod, mix, pn, qn); best.Name != "p" {
+		t.Errorf("chose %s, want p (no pod of the mix can use its A cards)", best.Name)
+	}
+}

@@ -64,3 +64,22 @@ func TestFragAwareKeepsCPUForTheFreeCards(t *testing.T) {
 		t.Errorf("frag-aware chose %s, want b (a keeps a card it has no CPU for)", best.Name)
 	}
 }
+
+// A pod sharing a quarter of a card opens the rest of that card to pods like it, each with its CPU
+// (8 CPUs here). On p (16 CPUs free of 32) the pod leaves CPU for one more such pod, a quarter of
+// the three quarters left: half a card out of reach (shortfall); on q (100 CPUs free of 1000) CPU
+// for 11. Both still fit one more pod, so ΔF's host rule sees the same on both, and the tie-break
+// (the emptier node: p's CPU is 75 % used after the pod, q's 91 %) would take p. frag-aware must
+// take q.
+func TestFragAwareSharedPodCountsTheCPUTheRestOfItsCardNeeds(t *testing.T) {
+	mix := hostMix(faShare(25), HostRequest{CPUMilli: 8000})
+	pn, qn := faNode("p", "A", 0), faNode("q", "A", 0)
+	pn.SetHost(32000, 0)
+	pn.HoldHost(HostRequest{CPUMilli: 16000})
+	qn.SetHost(1000000, 0)
+	qn.HoldHost(HostRequest{CPUMilli: 900000})
+	pod := hostPod(t, annotations.PolicyFragAware, faShare(25), HostRequest{CPUMilli: 8000})
+	if best := bestNode(t, pod, mix, pn, qn); best.Name != "q" {
+		t.Errorf("chose %s, want q (on p the rest of the card would lack CPU)", best.Name)
+	}
+}
