@@ -76,8 +76,19 @@ BENCH_S6_WINDOW ?=
 BENCH_ONLY      ?=
 
 .PHONY: bench replay links
-replay: ## Replay the Alibaba GPU trace through the decision core (REPLAY_FLAGS, e.g. --policies frag-aware,bestfit --cpu-pods cardinal --format markdown).
+# The four traces, then five blends of them, under frag-aware and BestFit, with CPU-only pods routed
+# through Cardinal and not, 10 seeds each (about 25 minutes on 2 cores); REPLAY_FLAGS replaces it all.
+REPLAY_TRACE_DIR := testdata/traces/alibaba-gpu-v2023
+REPLAY_COMMON    := --policies frag-aware,bestfit --cpu-pods cardinal,least-allocated --seeds 42-51 $(REPLAY_EXTRA)
+REPLAY_TRACES    := $(REPLAY_TRACE_DIR)/openb_pod_list_default.csv,$(REPLAY_TRACE_DIR)/openb_pod_list_gpushare100.csv,$(REPLAY_TRACE_DIR)/openb_pod_list_multigpu50.csv,$(REPLAY_TRACE_DIR)/openb_pod_list_gpuspec20.csv
+REPLAY_BLENDS    := --blend 8=2,4=2,2=2 --blend cpu=3 --blend spec=0.5 --blend frac=3 --blend cpu=5,8=2
+replay: ## Replay the Alibaba GPU trace through the decision core: traces and blends, both CPU-only protocols, with the published anchors (REPLAY_EXTRA adds flags, e.g. --scoring kube --format markdown; REPLAY_FLAGS runs those flags alone).
+ifneq ($(REPLAY_FLAGS),)
 	$(GO) run ./bench/replay $(REPLAY_FLAGS)
+else
+	$(GO) run ./bench/replay --pods $(REPLAY_TRACES) $(REPLAY_COMMON)
+	$(GO) run ./bench/replay --pods $(REPLAY_TRACES) $(REPLAY_BLENDS) $(REPLAY_COMMON)
+endif
 
 links: ## Print S9's table: multi-card pods given all-NVLink cards, Cardinal vs card binpack vs kubelet-time picking (LINKS_FLAGS, e.g. --seeds 10).
 	$(GO) run ./bench/links $(LINKS_FLAGS)

@@ -44,7 +44,7 @@ func run() error {
 	seeds := fs.String("seeds", "42-51", "seeds, comma-separated seeds or ranges; each seed shuffles and samples the pods differently")
 	arrival := fs.Float64("arrival", 130, "stop arrivals when the GPU they asked for reaches this % of cluster GPU capacity")
 	fragAt := fs.Float64("frag-at", 90, "measure fragmentation when arrivals reach this % of cluster GPU capacity")
-	cpuPods := fs.String("cpu-pods", string(sim.CPUPodsLeastAllocated), `how CPU-only pods choose a node: "least-allocated" (kube-scheduler's default, without Cardinal), "most-allocated" (a MostAllocated profile), or "cardinal" (routed to Cardinal: the core places them with the run's policies, bestfit by BestFit)`)
+	cpuPods := fs.StringSlice("cpu-pods", []string{string(sim.CPUPodsLeastAllocated)}, `how CPU-only pods choose a node: "least-allocated" (kube-scheduler's default, without Cardinal), "most-allocated" (a MostAllocated profile), or "cardinal" (routed to Cardinal: the core places them with the run's policies, bestfit by BestFit); several, comma-separated, replay each and end with a table of them side by side with the published BestFit and FGD figures`)
 	scoring := fs.String("scoring", string(sim.ScoringCore), `how GPU pods rank nodes: "core" (the core's unrounded score alone, ties to the smaller node name: the policy comparison) or "kube" (kube-scheduler with the extender and profile as the chart configures them: the extender's rank of the core's scores × --kube-weight × 10, plus the CPU and memory scores with --kube-resource-scores; ties to the smaller node name)`)
 	kubeFit := fs.String("kube-fit", string(sim.CPUPodsLeastAllocated), `scoring strategy of kube-scheduler's NodeResourcesFit in the cardinal-scheduler profile (with --scoring=kube --kube-resource-scores): "least-allocated" (the default) or "most-allocated"`)
 	kubeWeight := fs.Int("kube-weight", sim.DefaultKubeWeight, "the extender's weight in kube-scheduler's configuration (with --scoring=kube; the chart's scheduler.extender.weight)")
@@ -94,6 +94,17 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	var protocols []sim.CPUPodPolicy
+	for _, p := range *cpuPods {
+		protocols = append(protocols, sim.CPUPodPolicy(p))
+	}
+	if len(protocols) == 0 {
+		return errors.New("--cpu-pods is empty")
+	}
+	var compare []sim.CPUPodPolicy
+	if len(protocols) > 1 {
+		compare = protocols
+	}
 	var blendList []sim.Blend
 	for _, b := range *blends {
 		bl, err := sim.ParseBlend(b)
@@ -107,12 +118,12 @@ func run() error {
 	return sim.RunBatch(ctx, sim.BatchConfig{
 		NodesFile: *nodes, PodsFiles: *pods, Pairs: pairs,
 		Replay: sim.Config{
-			Seeds: seedList, Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: sim.CPUPodPolicy(*cpuPods),
+			Seeds: seedList, Arrival: *arrival / 100, FragAt: *fragAt / 100, CPUPods: protocols[0],
 			Scoring: sim.Scoring(*scoring), KubeFit: sim.CPUPodPolicy(*kubeFit), KubeWeight: *kubeWeight, KubeResourceScores: *kubeResources,
 			Synthesis: sim.Synthesis{NUMASplit: *numaSplit, Shares: *shares},
 			Parallel:  *parallel, IgnoreHost: *ignoreHost, HideHostFromCore: !*coreHost, Why: *why,
 		},
 		Blends: blendList, BlendRows: *blendRows, BlendSeed: *blendSeed, Dump: *dump,
-		Format: sim.Format(*format), PerSeed: *perSeed, Log: log,
+		Format: sim.Format(*format), PerSeed: *perSeed, Protocols: compare, Log: log,
 	}, os.Stdout)
 }

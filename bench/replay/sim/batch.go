@@ -51,7 +51,10 @@ type BatchConfig struct {
 	Dump string
 	// PerSeed prints one line per seed as well.
 	PerSeed bool
-	Log     logr.Logger
+	// Protocols, when set, replays every list under each of these CPU-only pod policies (each
+	// replacing Replay.CPUPods) and ends with the protocols side by side (printCompare).
+	Protocols []CPUPodPolicy
+	Log       logr.Logger
 }
 
 func (c *BatchConfig) validate() error {
@@ -139,9 +142,14 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 		return err
 	}
 	type row struct {
-		pods string
-		pair [2]annotations.Policy
-		res  *Result
+		pods     string
+		pair     [2]annotations.Policy
+		protocol CPUPodPolicy
+		res      *Result
+	}
+	protocols := c.Protocols
+	if len(protocols) == 0 {
+		protocols = []CPUPodPolicy{c.Replay.CPUPods}
 	}
 	var rows []row
 	lists, names := make([][]trace.Pod, 0, len(c.PodsFiles)), make([]string, 0, len(c.PodsFiles))
@@ -173,22 +181,24 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 	}
 	for li, pods := range lists {
 		pf := names[li]
-		for _, pair := range c.Pairs {
-			cfg := c.Replay
-			cfg.Nodes, cfg.Pods, cfg.NodePolicy, cfg.GPUPolicy = nodes, pods, pair[0], pair[1]
-			res, err := Run(ctx, cfg)
-			if err != nil {
-				return fmt.Errorf("%s with %s/%s: %w", pf, pair[0], pair[1], err)
+		for _, protocol := range protocols {
+			for _, pair := range c.Pairs {
+				cfg := c.Replay
+				cfg.Nodes, cfg.Pods, cfg.NodePolicy, cfg.GPUPolicy, cfg.CPUPods = nodes, pods, pair[0], pair[1], protocol
+				res, err := Run(ctx, cfg)
+				if err != nil {
+					return fmt.Errorf("%s with %s/%s, CPU-only pods %s: %w", pf, pair[0], pair[1], protocol, err)
+				}
+				s := res.Summary()
+				c.Log.Info("replayed", "pods", filepath.Base(pf), logging.KeyPolicy, fmt.Sprintf("%s/%s", pair[0], pair[1]), "cpuPods", protocol,
+					"alloc", s.AllocEnd.Mean, logging.KeyDuration, res.Elapsed.Round(time.Millisecond).String())
+				rows = append(rows, row{pods: traceName(pf), pair: pair, protocol: protocol, res: res})
 			}
-			s := res.Summary()
-			c.Log.Info("replayed", "pods", filepath.Base(pf), logging.KeyPolicy, fmt.Sprintf("%s/%s", pair[0], pair[1]),
-				"alloc", s.AllocEnd.Mean, logging.KeyDuration, res.Elapsed.Round(time.Millisecond).String())
-			rows = append(rows, row{pods: traceName(pf), pair: pair, res: res})
 		}
 	}
 	arrival := fmt.Sprintf("%.0f %%", 100*c.Replay.Arrival)
 	frag := fmt.Sprintf("%.0f %%", 100*c.Replay.FragAt)
-	header := []string{"trace", "node/gpu policy", "alloc @100 %", "alloc @" + arrival, "first failure (arrival %)", "frag @" + frag + " (GPUs)", "frag @" + frag + " (% of free)", "of which CPU/memory (%)", "seeds", "time"}
+	header := []string{"trace", "node/gpu policy", "CPU-only pods", "alloc @100 %", "alloc @" + arrival, "first failure (arrival %)", "frag @" + frag + " (GPUs)", "frag @" + frag + " (% of free)", "of which CPU/memory (%)", "seeds", "time"}
 	var lines [][]string
 	for _, r := range rows {
 		s := r.res.Summary()
@@ -196,15 +206,22 @@ func RunBatch(ctx context.Context, c BatchConfig, out io.Writer) error {
 		if s.NoFail > 0 {
 			fail += fmt.Sprintf(" (%d seeds none)", s.NoFail)
 		}
-		lines = append(lines, []string{r.pods, fmt.Sprintf("%s/%s", r.pair[0], r.pair[1]), pm(s.Alloc100, 2), pm(s.AllocEnd, 2), fail,
+		lines = append(lines, []string{r.pods, fmt.Sprintf("%s/%s", r.pair[0], r.pair[1]), string(r.protocol), pm(s.Alloc100, 2), pm(s.AllocEnd, 2), fail,
 			pm(s.FragGPUs, 1), pm(s.FragPercent, 1), pm(s.FragHost, 1), strconv.Itoa(len(r.res.Seeds)), r.res.Elapsed.Round(100 * time.Millisecond).String()})
 		if c.PerSeed {
 			for _, sr := range r.res.Seeds {
-				lines = append(lines, []string{"", fmt.Sprintf("seed %d", sr.Seed), fmt.Sprintf("%.2f", sr.Alloc100), fmt.Sprintf("%.2f", sr.AllocEnd),
+				lines = append(lines, []string{"", fmt.Sprintf("seed %d", sr.Seed), "", fmt.Sprintf("%.2f", sr.Alloc100), fmt.Sprintf("%.2f", sr.AllocEnd),
 					fmt.Sprintf("%.2f", sr.FirstFail), fmt.Sprintf("%.1f", sr.FragGPUs), fmt.Sprintf("%.1f", sr.FragPercent), fmt.Sprintf("%.1f", sr.FragHost),
 					fmt.Sprintf("%d pods, %d GPU failed, %d core calls", sr.Arrived, sr.FailedGPU, sr.CoreCalls), sr.Elapsed.Round(10 * time.Millisecond).String()})
 			}
 		}
+	}
+	if len(c.Protocols) > 0 {
+		cells := make([]compareCell, 0, len(rows))
+		for _, r := range rows {
+			cells = append(cells, compareCell{pods: r.pods, pair: r.pair, protocol: r.protocol, alloc: r.res.Summary().AllocEnd})
+		}
+		defer printCompare(out, c.Format, arrival, c.Pairs, c.Protocols, cells)
 	}
 	if c.Format == FormatMarkdown {
 		fmt.Fprintf(out, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))

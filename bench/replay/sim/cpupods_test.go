@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -158,7 +159,7 @@ func TestBlendDumpRoundTrips(t *testing.T) {
 	figures := func(table string) string {
 		line := strings.Split(strings.TrimSpace(table), "\n")[2]
 		cols := strings.Split(line, "|")
-		return strings.Join(cols[3:9], "|")
+		return strings.Join(cols[4:10], "|")
 	}
 	if a, b := figures(blended), figures(run(dump, nil, "")); a != b {
 		t.Errorf("replaying the dump gave %s, the blend %s", b, a)
@@ -168,5 +169,86 @@ func TestBlendDumpRoundTrips(t *testing.T) {
 		Replay: baseConfig(nil, nil), Format: FormatText, Blends: []Blend{blend, blend}, Dump: dump, Log: logr.Discard()}
 	if err := RunBatch(context.Background(), cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "--dump") {
 		t.Errorf("two blends with --dump: %v, want an error naming --dump", err)
+	}
+}
+
+// Several CPU-only protocols replay each list under each and end with a table of them side by side:
+// the published anchors where the trace has them, then each pair's allocation under each protocol,
+// the figures of the detail rows.
+func TestBatchComparesProtocols(t *testing.T) {
+	dir := t.TempDir()
+	nodesFile, podsFile := filepath.Join(dir, "nodes.csv"), filepath.Join(dir, "openb_pod_list_default.csv")
+	if err := os.WriteFile(nodesFile, []byte("sn,cpu_milli,memory_mib,gpu,model\na,8000,262144,4,T4\nb,64000,262144,2,T4\nc,64000,262144,0,\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var pods []trace.Pod
+	for i := range 12 {
+		pods = append(pods, gpuPod(fmt.Sprintf("g%d", i), 1, 1000), trace.Pod{Name: fmt.Sprintf("c%d", i), CPUMilli: 3000, MemoryMiB: 1024})
+	}
+	var b strings.Builder
+	if err := trace.WritePods(&b, pods); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(podsFile, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cfg := BatchConfig{NodesFile: nodesFile, PodsFiles: []string{podsFile},
+		Pairs:  [][2]annotations.Policy{{annotations.PolicyFragAware, annotations.PolicyFragAware}, {PolicyBestFit, PolicyBestFit}},
+		Replay: baseConfig(nil, nil), Format: FormatMarkdown, Protocols: []CPUPodPolicy{CPUPodsCardinal, CPUPodsLeastAllocated}, Log: logr.Discard()}
+	if err := RunBatch(context.Background(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	// The detail rows: trace, pair, protocol, alloc @100 %, alloc @130 %, ...
+	detail := map[string]string{}
+	var compare []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		cols := strings.Split(line, " | ")
+		switch {
+		case len(cols) > 5 && cols[0] == "| default" && strings.Contains(cols[1], "/"):
+			detail[strings.Split(cols[1], "/")[0]+", CPU-only pods "+cols[2]] = cols[4]
+		case len(cols) > 5 && cols[0] == "| default":
+			compare = cols
+		}
+	}
+	if len(detail) != 4 {
+		t.Fatalf("detail rows %v, want 2 pairs × 2 protocols:\n%s", detail, out.String())
+	}
+	if compare == nil {
+		t.Fatalf("no side-by-side row for default:\n%s", out.String())
+	}
+	want := []string{"| default", "93.08", "95.39"}
+	for _, col := range []string{"frag-aware, CPU-only pods cardinal", "bestfit, CPU-only pods cardinal", "frag-aware, CPU-only pods least-allocated", "bestfit, CPU-only pods least-allocated"} {
+		if !strings.Contains(out.String(), col) {
+			t.Errorf("no column %q", col)
+		}
+		want = append(want, detail[col])
+	}
+	if d := cmp.Diff(want, append(compare[:len(compare)-1:len(compare)-1], strings.TrimSuffix(compare[len(compare)-1], " |"))); d != "" {
+		t.Errorf("side-by-side row (-want +got):\n%s\n%s", d, out.String())
+	}
+}
+
+// printCompare puts each cell under its pair and protocol, the anchors beside the traces that have
+// them and a dash beside those that do not.
+func TestPrintCompareColumns(t *testing.T) {
+	fa, bf := [2]annotations.Policy{annotations.PolicyFragAware, annotations.PolicyFragAware}, [2]annotations.Policy{PolicyBestFit, PolicyBestFit}
+	cells := []compareCell{
+		{"multigpu50", fa, CPUPodsCardinal, Stat{Mean: 1}}, {"multigpu50", bf, CPUPodsCardinal, Stat{Mean: 2}},
+		{"multigpu50", fa, CPUPodsLeastAllocated, Stat{Mean: 3}}, {"multigpu50", bf, CPUPodsLeastAllocated, Stat{Mean: 4}},
+		{"blend cpu=3", fa, CPUPodsCardinal, Stat{Mean: 5}}, {"blend cpu=3", bf, CPUPodsCardinal, Stat{Mean: 6}},
+		{"blend cpu=3", fa, CPUPodsLeastAllocated, Stat{Mean: 7}}, {"blend cpu=3", bf, CPUPodsLeastAllocated, Stat{Mean: 8}},
+	}
+	var out strings.Builder
+	printCompare(&out, FormatMarkdown, "130 %", [][2]annotations.Policy{fa, bf}, []CPUPodPolicy{CPUPodsCardinal, CPUPodsLeastAllocated}, cells)
+	got := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{
+		"| trace | BestFit (published) | FGD (published) | frag-aware, CPU-only pods cardinal | bestfit, CPU-only pods cardinal | frag-aware, CPU-only pods least-allocated | bestfit, CPU-only pods least-allocated |",
+		"|---|---|---|---|---|---|---|",
+		"| multigpu50 | 95.74 | 97.18 | 1.00 ± 0.00 | 2.00 ± 0.00 | 3.00 ± 0.00 | 4.00 ± 0.00 |",
+		"| blend cpu=3 | — | — | 5.00 ± 0.00 | 6.00 ± 0.00 | 7.00 ± 0.00 | 8.00 ± 0.00 |",
+	}
+	if d := cmp.Diff(want, got[len(got)-4:]); d != "" {
+		t.Errorf("table (-want +got):\n%s", d)
 	}
 }
