@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,24 +22,32 @@ func cpuOnlyTestPods() []trace.Pod {
 	return []trace.Pod{gpuPod("g", 1, 1000), {Name: "c", CPUMilli: 2000, MemoryMiB: 1024}}
 }
 
-// With --cpu-pods cardinal the core places CPU-only pods with the run's policies: on a node
-// without cards (b) under frag-aware, binpack and BestFit alike. kube-scheduler's least-allocated
-// scoring, which sees two nodes equally empty, sends them to the card node (a, the first).
+// With --cpu-pods cardinal the core places CPU-only pods with the run's policies. Between a card
+// node (a) and a node without cards (b), binpack and BestFit send them to b; frag-aware packs them
+// onto a, the node in use, while a's CPU still feeds its free cards (ΔF 0), and to b when a's CPU is
+// what its cards' pods need (tight: 5 CPUs for 4 one-card pods of 1 CPU, the CPU-only pods asking
+// 2). kube-scheduler's least-allocated scoring, which sees two nodes equally empty, sends them to
+// the card node (a, the first).
 func TestCPUPodsCardinal(t *testing.T) {
 	nodes := []trace.Node{gpuNode("a", 4), {Name: "b", CPUMilli: 64000, MemoryMiB: 262144}}
+	tight := slices.Clone(nodes)
+	tight[0].CPUMilli = 5000
 	for _, c := range []struct {
+		name    string
+		nodes   []trace.Node
 		cpuPods CPUPodPolicy
 		policy  annotations.Policy
 		onCards bool // some CPU-only pod went to the card node
 	}{
-		{CPUPodsLeastAllocated, annotations.PolicyFragAware, true},
-		{CPUPodsCardinal, annotations.PolicyFragAware, false},
-		{CPUPodsCardinal, annotations.PolicyBinpack, false},
-		{CPUPodsCardinal, PolicyBestFit, false},
+		{"", nodes, CPUPodsLeastAllocated, annotations.PolicyFragAware, true},
+		{"", nodes, CPUPodsCardinal, annotations.PolicyFragAware, true},
+		{"/tight", tight, CPUPodsCardinal, annotations.PolicyFragAware, false},
+		{"", nodes, CPUPodsCardinal, annotations.PolicyBinpack, false},
+		{"", nodes, CPUPodsCardinal, PolicyBestFit, false},
 	} {
-		t.Run(string(c.cpuPods)+"/"+string(c.policy), func(t *testing.T) {
+		t.Run(string(c.cpuPods)+"/"+string(c.policy)+c.name, func(t *testing.T) {
 			for _, scoring := range []Scoring{ScoringCore, ScoringKube} {
-				cfg := baseConfig(nodes, cpuOnlyTestPods())
+				cfg := baseConfig(c.nodes, cpuOnlyTestPods())
 				cfg.NodePolicy, cfg.GPUPolicy, cfg.CPUPods, cfg.Scoring, cfg.Why = c.policy, c.policy, c.cpuPods, scoring, true
 				res, err := Run(context.Background(), cfg)
 				if err != nil {

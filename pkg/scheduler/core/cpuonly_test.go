@@ -100,9 +100,9 @@ func TestFragAwareCPUOnlyPodCountsSharedCardsCPU(t *testing.T) {
 // cards of 8 and 22 CPUs free (2.2 such pods: its cards are fed), e is untouched (8 free cards, 96
 // CPUs: 9.6 pods). A 4-CPU pod on u leaves CPU for 1.8 pods, 0.2 of a card out of reach (ΔF 0.2);
 // on e nothing (9.2 pods still feed 8 cards). ΔF alone takes e, and so the CPU-only pods of a
-// CPU-scarce cluster spread over the untouched nodes whose CPU the GPU pods to come need; what u
-// and e leave free after the pod (fragHostPack: on e nearly all of a node, on u a quarter of its
-// cards and a fifth of its CPU) outweighs 0.2 of a card: frag-aware must take u.
+// CPU-scarce cluster spread over the untouched nodes whose CPU the GPU pods to come need; what the
+// pod leaves free (fragHostPack: on e 96 % of its CPU, on u 19 %) outweighs 0.2 of a card:
+// frag-aware must take u.
 func TestFragAwareCPUOnlyPodPacksWhereCPUIsShort(t *testing.T) {
 	mix := hostMix(faWhole(1), HostRequest{CPUMilli: 10000})
 	u, e := faNode("u", "A", 100, 100, 100, 100, 100, 100, 0, 0), faNode("e", "A", 0, 0, 0, 0, 0, 0, 0, 0)

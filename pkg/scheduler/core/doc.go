@@ -31,7 +31,9 @@
 //     CPU and memory alone and its plan takes no card; Score ranks it by the node policy: binpack
 //     and spread by the cards' use as it stands (binpack the fullest, a node without cards first;
 //     spread the emptiest), frag-aware by what its CPU and memory strand of the cards the mix
-//     could use (fragaware.go: fragAwareNode, shortfall, hostOnlyTie).
+//     could use plus half a card per node it leaves free (fragaware.go: fragAwareNode,
+//     shortfall, fragHostPack, hostOnlyTie). A shared GPU pod's frag-aware score also counts the
+//     CPU and memory the rest of the card it splits will need (shortfall).
 //   - Pod.FitWith / Pod.ScoreWith take a *Scratch (zero value ready, one per goroutine) whose
 //     buffers they reuse: no allocation per node; the plan is valid until the scratch's next use.
 //   - Pod.Score(*NodeState, *Plan, *TaskMix) float64: 0..MaxScore by the node policy.

@@ -130,44 +130,38 @@ func fragAwareNode(in *NodeInput) float64 {
 	return MaxScore/(1+math.Exp(fragSlope*delta)) - fragTieBreak*tie
 }
 
-// fragHostPack is what a CPU-only pod's placement costs, in cards, per node it leaves wholly free
-// (hostLeft: its CPU and memory, and its cards): the pod packs onto nodes already in use, and onto
-// nodes without free cards before nodes with them, keeping large free blocks whole for the GPU pods
-// (and larger CPU-only pods) to come. ΔF alone prices only what the pod's CPU and memory take from
-// the mix on the node it lands on; where CPU ran short across the cluster, ΔF 0 on every node with
-// CPU to spare sent CPU-only pods to the nodes with the most CPU left, which GPU pods then lacked.
-// Half a card per node is the weight BestFit gives each of its two terms (Weng et al., ATC'23).
-// Measured (cardinal protocol, core scoring, seeds 42–44, GPU allocated at 130 % arrival): blend
-// cpu=3 87.48 → 88.32 %, cpu=5,8=2 76.78 → 77.98 %, cpu=4 76.40 → 77.36 % (BestFit 88.13, 77.07,
-// 76.29); spec=0.5 and frac=3 moved by under 0.06. With the cards left out the blends came out
-// alike, but a pod took CPU on a node with free cards where a node without any had room; a quarter
-// of a card gained half as much; two cards cost 0.15 on the spec=0.5 blend.
+// fragHostPack is what a CPU-only pod's placement costs, in cards, per node whose CPU and memory it
+// leaves wholly free (hostLeft): the pod packs onto nodes already in use, keeping large free blocks
+// of CPU and memory whole for the GPU pods (and larger CPU-only pods) to come. ΔF alone prices only
+// what the pod's CPU and memory take from the mix on the node it lands on; where CPU ran short
+// across the cluster, ΔF 0 on every node with CPU to spare sent CPU-only pods to the nodes with the
+// most CPU left, which GPU pods then lacked. Half a card per node is the weight BestFit gives each
+// of its two terms (Weng et al., ATC'23). Measured (cardinal protocol, core scoring, GPU allocated
+// at 130 % arrival, seeds 42–44): blend cpu=3 87.48 → 88.45 %, cpu=5,8=2 76.78 → 77.92 %, cpu=4
+// 76.40 → 77.43 % (BestFit 88.13, 77.07, 76.29); blends without more CPU-only pods moved by under
+// 0.05. A quarter of a card gained half as much; two cards cost 0.15 on the spec=0.5 blend. Free
+// cards are not counted again here (ΔF prices them; a node without free cards wins ties,
+// hostOnlyTie): adding the node's free card share, or its untouched cards', cost gpushare100 0.15
+// (seeds 42–45) and changed no blend.
 const fragHostPack = 0.5
 
-// hostLeft is the share of a node left free after the plan: the mean of its CPU and memory free
-// shares (a resource the node does not report counts as used), plus the share of its healthy cards'
-// capacity free (none on a node without cards).
+// hostLeft is the share of a node's CPU and memory free after the plan: the mean of the two, or the
+// one the node reports (0 when it reports neither).
 func hostLeft(in *NodeInput) float64 {
 	h := &in.Node.Host
-	left := 0.0
+	left, known := 0.0, 0
 	if h.AllocCPUMilli > 0 {
 		left += float64(max(h.AllocCPUMilli-h.UsedCPUMilli-in.Plan.Host.CPUMilli, 0)) / float64(h.AllocCPUMilli)
+		known++
 	}
 	if h.AllocMemMiB > 0 {
 		left += float64(max(h.AllocMemMiB-h.UsedMemMiB-in.Plan.Host.MemMiB, 0)) / float64(h.AllocMemMiB)
+		known++
 	}
-	left /= 2
-	cards, free := 0.0, 0.0
-	for i := range in.Node.Cards {
-		if c := &in.Node.Cards[i]; c.Healthy && !c.Instance() {
-			cards++
-			free += 1 - c.Utilization(in.After(i))
-		}
+	if known == 0 {
+		return 0
 	}
-	if cards > 0 {
-		left += free / cards
-	}
-	return left
+	return left / float64(known)
 }
 
 // hostOnlyTie is the tie-break of a placement that takes no card, only CPU and memory (a CPU-only
