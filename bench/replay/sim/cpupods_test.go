@@ -27,7 +27,7 @@ func cpuOnlyTestPods() []trace.Pod {
 // onto a, the node in use, while a's CPU still feeds its free cards (ΔF 0), and to b when a's CPU is
 // what its cards' pods need (tight: 5 CPUs for 4 one-card pods of 1 CPU, the CPU-only pods asking
 // 2). kube-scheduler's least-allocated scoring, which sees two nodes equally empty, sends them to
-// the card node (a, the first).
+// the card node (a, the first); with the GPU nodes tainted (gpu-tainted) they never go there.
 func TestCPUPodsCardinal(t *testing.T) {
 	nodes := []trace.Node{gpuNode("a", 4), {Name: "b", CPUMilli: 64000, MemoryMiB: 262144}}
 	tight := slices.Clone(nodes)
@@ -44,6 +44,7 @@ func TestCPUPodsCardinal(t *testing.T) {
 		{"/tight", tight, CPUPodsCardinal, annotations.PolicyFragAware, false},
 		{"", nodes, CPUPodsCardinal, annotations.PolicyBinpack, false},
 		{"", nodes, CPUPodsCardinal, PolicyBestFit, false},
+		{"", nodes, CPUPodsGPUTainted, annotations.PolicyFragAware, false},
 	} {
 		t.Run(string(c.cpuPods)+"/"+string(c.policy)+c.name, func(t *testing.T) {
 			for _, scoring := range []Scoring{ScoringCore, ScoringKube} {

@@ -45,6 +45,9 @@ const (
 	CPUPodsLeastAllocated CPUPodPolicy = "least-allocated"
 	// CPUPodsMostAllocated is NodeResourcesFit MostAllocated: the node with the least left.
 	CPUPodsMostAllocated CPUPodPolicy = "most-allocated"
+	// CPUPodsGPUTainted is least-allocated with every GPU node tainted (the README's taint without
+	// the opt-in): CPU-only pods go only to nodes without cards, and fail where there are none.
+	CPUPodsGPUTainted CPUPodPolicy = "gpu-tainted"
 	// CPUPodsCardinal routes CPU-only pods to Cardinal: the core decides them with the run's
 	// policies (core.Pod.Fit and Score of a pod whose request has no GPU container, with its CPU and
 	// memory as Pod.Host), scored and ranked as GPU pods are (Scoring). Under PolicyBestFit they go
@@ -151,9 +154,9 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("frag-at %v is not in (0, arrival]", c.FragAt))
 	}
 	switch c.CPUPods {
-	case CPUPodsLeastAllocated, CPUPodsMostAllocated, CPUPodsCardinal:
+	case CPUPodsLeastAllocated, CPUPodsMostAllocated, CPUPodsGPUTainted, CPUPodsCardinal:
 	default:
-		errs = append(errs, fmt.Errorf("cpu-pod policy %q is not %s, %s or %s", c.CPUPods, CPUPodsLeastAllocated, CPUPodsMostAllocated, CPUPodsCardinal))
+		errs = append(errs, fmt.Errorf("cpu-pod policy %q is not %s, %s, %s or %s", c.CPUPods, CPUPodsLeastAllocated, CPUPodsMostAllocated, CPUPodsGPUTainted, CPUPodsCardinal))
 	}
 	if (c.NodePolicy == PolicyBestFit) != (c.GPUPolicy == PolicyBestFit) {
 		errs = append(errs, fmt.Errorf("policy pair %s/%s: %s is both halves or neither", c.NodePolicy, c.GPUPolicy, PolicyBestFit))
@@ -594,7 +597,7 @@ func (r *replay) placeCPU(spec *podSpec, why *Why) int {
 	best, bestScore := -1, 0.0
 	for ni := range r.sim {
 		n := &r.sim[ni]
-		if !n.fitsHost(spec.row) {
+		if !n.fitsHost(spec.row) || (r.cfg.CPUPods == CPUPodsGPUTainted && len(n.usedMilli) > 0) {
 			continue
 		}
 		left := (float64(n.cpuFree-spec.row.CPUMilli)/float64(max(n.cpuCap, 1)) + float64(n.memFree-spec.row.MemoryMiB)/float64(max(n.memCap, 1))) / 2
