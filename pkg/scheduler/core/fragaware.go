@@ -139,10 +139,10 @@ func fragAwareNode(in *NodeInput) float64 {
 // of its two terms (Weng et al., ATC'23). Measured (cardinal protocol, core scoring, GPU allocated
 // at 130 % arrival, seeds 42–44): blend cpu=3 87.48 → 88.45 %, cpu=5,8=2 76.78 → 77.92 %, cpu=4
 // 76.40 → 77.43 % (BestFit 88.13, 77.07, 76.29); blends without more CPU-only pods moved by under
-// 0.05. A quarter of a card gained half as much; two cards cost 0.15 on the spec=0.5 blend. Free
-// cards are not counted again here (ΔF prices them; a node without free cards wins ties,
-// hostOnlyTie): adding the node's free card share, or its untouched cards', cost gpushare100 0.15
-// (seeds 42–45) and changed no blend.
+// 0.05. An eighth of a card gained a third to two thirds as much; a card cost spec=0.5 0.13,
+// three cards 0.8. Free cards are not counted again here (ΔF prices them; a node without free
+// cards wins ties, hostOnlyTie): adding the node's free card share, or its untouched cards', cost
+// gpushare100 0.15 (seeds 42–45) and changed no blend.
 const fragHostPack = 0.5
 
 // hostLeft is the share of a node's CPU and memory free after the plan: the mean of the two, or the
