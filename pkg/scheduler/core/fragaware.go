@@ -210,7 +210,7 @@ func hostOnlyTie(in *NodeInput) float64 {
 // it pushed shared pods onto the CPU-rich nodes whose cards the model-constrained pods needed.
 func (s *fragState) shortfall(in *NodeInput) float64 {
 	h := &in.Node.Host
-	if !h.Known() {
+	if !h.Known() || !leavesShareable(in) {
 		return 0
 	}
 	sum, total := 0.0, 0.0
@@ -228,6 +228,21 @@ func (s *fragState) shortfall(in *NodeInput) float64 {
 		return 0
 	}
 	return sum / total
+}
+
+// leavesShareable reports whether some card shortfall could count has capacity left after the plan:
+// any card for a plan without devices, else a card the plan holds a device on. A plan that takes
+// its cards whole leaves none, and shortfall is 0 without walking the mix (most GPU placements).
+func leavesShareable(in *NodeInput) bool {
+	if len(in.Plan.Devices) == 0 {
+		return true
+	}
+	for _, d := range in.Plan.Devices {
+		if c := &in.Node.Cards[d.Card]; c.Healthy && !c.Instance() && c.Utilization(in.After(d.Card)) < 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // sharedFree is shortfall's G for class t: the free capacity after the plan of the healthy cards t
