@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"slices"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/deviceplugin/kubeletrecord"
 )
 
 const testNode = "node-a"
@@ -55,8 +57,38 @@ func testPlugin(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 // time only (the builders' pods all have none, so their order is not certain).
 func testPluginListing(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 	t.Helper()
-	return newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), SchedulerName: testScheduler, Cards: cards, Shares: shares, Topology: true,
+	p := newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), SchedulerName: testScheduler, Cards: cards, Shares: shares, Topology: true,
 		Log: logr.Discard(), CacheWait: 20 * time.Millisecond})
+	p.kubeletRecord = agreeing(p)
+	return p
+}
+
+// agreeing is a kubelet record that agrees with the plugin: every container the plugin saw holding
+// IDs holds them, with the response Allocate gives it.
+func agreeing(p *Plugin) recordReader {
+	return func() (kubeletrecord.Record, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		var r kubeletrecord.Record
+		for uid, cs := range p.seen {
+			pod := p.pods[uid]
+			if pod == nil || pod.Gone {
+				continue // the kubelet frees an ended pod's devices
+			}
+			for name, ids := range cs {
+				for _, c := range pod.Order {
+					if c.Name != name {
+						continue
+					}
+					h := holderOf(pod, name, c.Resource)
+					sorted := slices.Sorted(slices.Values(ids))
+					r.Entries = append(r.Entries, kubeletrecord.Entry{PodUID: uid, Container: name, Resource: string(c.Resource), IDs: sorted,
+						Response: containerResponse(p.table, outcome{Owner: h, IDs: ids}, p.deviceList, p.sharing)})
+				}
+			}
+		}
+		return r, nil
+	}
 }
 
 // ctr is a GPU container of a test pod: its name, its assigned IDs (nil: no assignment entry) and,

@@ -23,9 +23,10 @@ type cardLoads map[int]map[*podEntry]use
 
 // heldIDs are the IDs a container holds or is about to hold: what the kubelet gave it (as this
 // process served it or learned from PodResources; a record alone does not count), else its
-// assignment. Containers of pods that ended hold nothing.
+// assignment. Containers of pods that ended hold nothing; a pod being deleted holds what the kubelet
+// gave it until it ends (its grace period), and nothing it was never given.
 func heldIDs(h *holder) []string {
-	if h.Pod.Gone {
+	if h.Pod.Gone || (h.Pod.Deleting && h.Held == nil) {
 		return nil
 	}
 	if h.Held != nil {

@@ -97,7 +97,16 @@ type responseView struct {
 }
 
 func viewOf(r *pluginapi.ContainerAllocateResponse) responseView {
-	v := responseView{Envs: r.Envs, Annotations: r.Annotations}
+	v := responseView{Envs: r.Envs}
+	for k, a := range r.Annotations {
+		if k == AllocatedForAnnotation {
+			continue // TestAllocateNamesTheContainerServed
+		}
+		if v.Annotations == nil {
+			v.Annotations = map[string]string{}
+		}
+		v.Annotations[k] = a
+	}
 	for _, m := range r.Mounts {
 		v.Mounts = append(v.Mounts, mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 	}

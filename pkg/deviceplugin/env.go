@@ -44,6 +44,7 @@ func containerResponse(t *deviceTable, o outcome, dl DeviceListConfig, sc Sharin
 	key := ""
 	if o.Owner != nil {
 		key = cdiAnnotationKey(string(o.Owner.Pod.UID), o.Owner.Name)
+		r.Annotations = map[string]string{AllocatedForAnnotation: string(o.Owner.Pod.UID) + "/" + o.Owner.Name}
 	}
 	listDevices(dl, cards, key).apply(r)
 	if shared(o) {

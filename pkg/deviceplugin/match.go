@@ -74,7 +74,8 @@ type outcome struct {
 	Certain bool
 }
 
-func inFlight(h *holder) bool { return !h.Allocated && h.Pod.Pending && !h.Pod.Gone }
+// inFlight: the kubelet may still admit the container (a pod being deleted is not admitted again).
+func inFlight(h *holder) bool { return !h.Allocated && h.Pod.Pending && !h.Pod.Gone && !h.Pod.Deleting }
 
 // checkIDs validates one container's IDs: well formed, advertised here under resource res, no
 // repeats, distinct cards (or distinct MIG instances: several instances of one card are distinct

@@ -60,32 +60,27 @@ func memoryEnforcement(mode, backend string) (memory, compute string) {
 	return memory, compute
 }
 
-// GetDevicePluginOptions implements the device plugin API: PreStartContainer is asked for only
-// where the plugin sets kernel memory limits.
+// GetDevicePluginOptions implements the device plugin API: PreStartContainer is asked for on every
+// resource, so that every container is verified against the kubelet's record before it starts
+// (verify.go), and its pod's kernel memory limits set where the plugin sets them.
 func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
 	return p.options(), nil
 }
 
 func (p *Plugin) options() *pluginapi.DevicePluginOptions {
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: p.limiter != nil}
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: true}
 }
 
-// PreStartContainer sets the kernel memory limits of the container's pod (see above) before the
-// container starts; without kernel limits it does nothing.
-func (p *Plugin) PreStartContainer(_ context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
-	if p.limiter == nil {
-		return &pluginapi.PreStartContainerResponse{}, nil
+// setMemoryLimits sets the kernel memory limits of pod (see above) before a container starts;
+// without kernel limits, or with none to set, it does nothing.
+func (p *Plugin) setMemoryLimits(pod *podEntry, limits map[string]int64, ids []string) error {
+	if p.limiter == nil || len(limits) == 0 {
+		return nil
 	}
-	p.mu.Lock()
-	pod, limits := p.podMemoryLimitsLocked(req.DevicesIds)
-	p.mu.Unlock()
-	if len(limits) == 0 {
-		return &pluginapi.PreStartContainerResponse{}, nil
-	}
-	fail := func(err error) (*pluginapi.PreStartContainerResponse, error) {
+	fail := func(err error) error {
 		aerr := refuse(ReasonMemoryLimit, nil, "pod %s shares cards, but its kernel memory limits could not be set: %v", pod.key(), err)
-		p.log.Error(aerr, "kernel memory limit not set; the container does not start", logging.KeyPod, pod.key(), logging.KeyDevices, req.DevicesIds)
-		return nil, status.Error(codes.FailedPrecondition, aerr.Error())
+		p.log.Error(aerr, "kernel memory limit not set; the container does not start", logging.KeyPod, pod.key(), logging.KeyDevices, ids)
+		return status.Error(codes.FailedPrecondition, aerr.Error())
 	}
 	cgroup, err := findPodCgroup(p.cgroupRoot, pod.UID)
 	if err != nil {
@@ -102,30 +97,18 @@ func (p *Plugin) PreStartContainer(_ context.Context, req *pluginapi.PreStartCon
 		}
 		p.log.Info("kernel memory limit set", logging.KeyPod, pod.key(), logging.KeyGPU, u, "memoryMiB", limits[u], "cgroup", cgroup)
 	}
-	return &pluginapi.PreStartContainerResponse{}, nil
+	return nil
 }
 
-// podMemoryLimitsLocked finds the container the kubelet gave ids to and returns its pod and, by card
-// UUID, the MiB the pod's shared containers reserve on each card they hold at the same time: app
-// containers and sidecars together, or a plain init container with the sidecars (init containers
-// run one at a time, before the app containers). Cards reserved whole (the reservation is the
-// card's memory) get no limit. Nil when the container is not Cardinal's or its pod shares nothing.
-// p.mu held.
-func (p *Plugin) podMemoryLimitsLocked(ids []string) (*podEntry, map[string]int64) {
-	var uid types.UID
-	for u, cs := range p.seen {
-		if e := p.pods[u]; e == nil || e.Gone {
-			continue // an ended pod's IDs may be a new pod's now
-		}
-		for _, held := range cs {
-			if sameSet(held, ids) {
-				uid = u
-			}
-		}
-	}
+// podMemoryLimitsLocked returns pod uid (the pod the kubelet's record names) and, by card UUID, the
+// MiB the pod's shared containers reserve on each card they hold at the same time: app containers
+// and sidecars together, or a plain init container with the sidecars (init containers run one at a
+// time, before the app containers). Cards reserved whole (the reservation is the card's memory) get
+// no limit. No limits when the pod is not Cardinal's or shares nothing. p.mu held.
+func (p *Plugin) podMemoryLimitsLocked(uid types.UID) (*podEntry, map[string]int64) {
 	pod := p.pods[uid]
 	if pod == nil || !pod.HasAssignment {
-		return nil, nil
+		return pod, nil
 	}
 	running, sidecars, initMax := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	for name, held := range p.seen[uid] {

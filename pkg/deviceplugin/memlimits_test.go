@@ -44,6 +44,7 @@ func limitsPlugin(t *testing.T, sc SharingConfig, lim memoryLimiter, backend, ro
 	sc.CgroupRoot = root
 	p := newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), Cards: testCards(4, nil), Shares: 4,
 		Sharing: sc, MemoryLimiter: lim, MemoryBackend: backend, Log: logr.Discard(), CacheWait: 20 * time.Millisecond})
+	p.kubeletRecord = agreeing(p)
 	p.MarkSynced()
 	p.SetSharingHealth(nil)
 	return p
@@ -85,8 +86,8 @@ func TestInventorySaysWhatHoldsSharedContainers(t *testing.T) {
 			t.Errorf("mode %s, backend %q: %v", c.sc.Mode, c.backend, err)
 		}
 		opts, _ := p.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{})
-		if opts.PreStartRequired != (c.backend != "") || !opts.GetPreferredAllocationAvailable {
-			t.Errorf("mode %s, backend %q: options %+v, want PreStartRequired only with kernel limits", c.sc.Mode, c.backend, opts)
+		if !opts.PreStartRequired || !opts.GetPreferredAllocationAvailable {
+			t.Errorf("mode %s, backend %q: options %+v, want PreStartRequired always (every start is verified)", c.sc.Mode, c.backend, opts)
 		}
 	}
 }

@@ -14,6 +14,8 @@ type metrics struct {
 	registry        *prometheus.Registry
 	allocateTotal   *prometheus.CounterVec
 	allocateSeconds prometheus.Histogram
+	verifyTotal     *prometheus.CounterVec
+	verifySeconds   prometheus.Histogram
 	preferredTotal  *prometheus.CounterVec
 	devices         *prometheus.GaugeVec
 	resourceDevices *prometheus.GaugeVec
@@ -32,6 +34,15 @@ func newMetrics() *metrics {
 		allocateSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cardinal_device_plugin_allocate_duration_seconds",
 			Help:    "Time to answer Allocate.",
+			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
+		}),
+		verifyTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cardinal_device_plugin_prestart_total",
+			Help: "PreStartContainer calls (every container start verified against the kubelet's record) by resource and result: started, or the refusal reason.",
+		}, []string{"resource", "result"}),
+		verifySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cardinal_device_plugin_prestart_duration_seconds",
+			Help:    "Time to answer PreStartContainer (reading the kubelet's record included).",
 			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10),
 		}),
 		preferredTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -59,7 +70,7 @@ func newMetrics() *metrics {
 			Help: "Registrations with the kubelet by resource and result.",
 		}, []string{"resource", "result"}),
 	}
-	m.registry.MustRegister(m.allocateTotal, m.allocateSeconds, m.preferredTotal, m.devices, m.resourceDevices, m.writes, m.reconcileTotal, m.registrations,
+	m.registry.MustRegister(m.allocateTotal, m.allocateSeconds, m.verifyTotal, m.verifySeconds, m.preferredTotal, m.devices, m.resourceDevices, m.writes, m.reconcileTotal, m.registrations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -67,6 +78,11 @@ func newMetrics() *metrics {
 func (m *metrics) allocated(res corev1.ResourceName, result string, d time.Duration) {
 	m.allocateTotal.WithLabelValues(string(res), result).Inc()
 	m.allocateSeconds.Observe(d.Seconds())
+}
+
+func (m *metrics) verified(res corev1.ResourceName, result string, d time.Duration) {
+	m.verifyTotal.WithLabelValues(string(res), result).Inc()
+	m.verifySeconds.Observe(d.Seconds())
 }
 
 func (m *metrics) preferred(res corev1.ResourceName, fromAssignment bool) {

@@ -334,8 +334,10 @@ func TestMIGDeviceListStrategies(t *testing.T) {
 		{"cdi-annotations by index", DeviceListConfig{Strategies: DeviceListStrategies{DeviceListCDIAnnotations}, CDIDeviceIDStrategy: CDIDeviceIDIndex},
 			func(t *testing.T, r *pluginapi.ContainerAllocateResponse) {
 				var got []string
-				for _, v := range r.Annotations {
-					got = append(got, v)
+				for k, v := range r.Annotations {
+					if k != AllocatedForAnnotation {
+						got = append(got, v)
+					}
 				}
 				if diff := cmp.Diff([]string{"nvidia.com/gpu=MIG-00-2,nvidia.com/gpu=MIG-01-2"}, got); diff != "" || r.Envs[EnvVisibleDevices] != VisibleDevicesVoid {
 					t.Errorf("CDI annotations (-want +got):\n%s; %s=%q", diff, EnvVisibleDevices, r.Envs[EnvVisibleDevices])

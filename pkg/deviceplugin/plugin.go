@@ -50,8 +50,13 @@ type Plugin struct {
 	devicesChanged func()
 	// healthChanged is called (outside the lock) with every health change that took effect.
 	healthChanged func(nvidia.HealthEvent)
-	// failed is called (outside the lock) when Allocate refuses a request.
+	// failed is called (outside the lock) when Allocate or PreStartContainer refuses a request.
 	failed func(*AllocateError)
+	// evict is called (outside the lock) with a pod whose container the kubelet's record shows was
+	// given another's devices or limits, when a controller re-creates it (verify.go).
+	evict func(pod *podEntry, why string)
+	// kubeletRecord reads the kubelet's record of who holds which devices (verify.go).
+	kubeletRecord recordReader
 
 	mu    sync.Mutex
 	table *deviceTable
@@ -71,6 +76,9 @@ type Plugin struct {
 	seen map[types.UID]map[string][]string
 	// rejected are pods whose admission the plugin certainly failed (AllocateError.Admitted).
 	rejected map[types.UID]bool
+	// dropped are containers whose allocation record on the pod must lose its entry: the kubelet's
+	// record showed that another container holds what the plugin had served them (verify.go).
+	dropped map[types.UID]map[string]bool
 	// changed is closed and replaced on every health change, waking ListAndWatch streams.
 	changed chan struct{}
 	// podsChanged is closed and replaced on every pod update, waking calls that wait for the cache.
@@ -107,6 +115,8 @@ type pluginOptions struct {
 	Metrics       *metrics
 	// CacheWait: see Plugin.cacheWait; zero means DefaultCacheWait.
 	CacheWait time.Duration
+	// KubeletRecord: see Plugin.kubeletRecord; nil refuses every container start (fail closed).
+	KubeletRecord recordReader
 }
 
 // DefaultCacheWait is how long GetPreferredAllocation and Allocate wait, at most, for the pod cache
@@ -119,6 +129,7 @@ func newPlugin(o pluginOptions) *Plugin {
 		limiter: o.MemoryLimiter, memBackend: o.MemoryBackend, cgroupRoot: o.Sharing.CgroupRoot,
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
+		evict: func(*podEntry, string) {}, kubeletRecord: o.KubeletRecord, dropped: map[types.UID]map[string]bool{},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:    map[types.UID]map[string]annotations.ContainerAllocation{},
@@ -172,6 +183,14 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 			delete(p.local, pod.UID)
 		}
 	}
+	for name := range p.dropped[pod.UID] {
+		if _, ok := e.Recorded[name]; !ok {
+			delete(p.dropped[pod.UID], name)
+		}
+	}
+	if len(p.dropped[pod.UID]) == 0 {
+		delete(p.dropped, pod.UID)
+	}
 	p.refreshHeldLocked()
 	p.mu.Unlock()
 }
@@ -188,6 +207,7 @@ func (p *Plugin) DeletePod(pod *corev1.Pod) {
 	delete(p.local, pod.UID)
 	delete(p.seen, pod.UID)
 	delete(p.rejected, pod.UID)
+	delete(p.dropped, pod.UID)
 	p.refreshHeldLocked()
 	p.mu.Unlock()
 }
@@ -349,7 +369,7 @@ func (s *resourceServer) Allocate(ctx context.Context, req *pluginapi.AllocateRe
 }
 
 func (s *resourceServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
-	return s.p.PreStartContainer(ctx, req)
+	return s.p.preStart(ctx, s.res, req)
 }
 
 // ListAndWatch sends the GPU resource's device list, then again after every health change, until
@@ -638,6 +658,10 @@ func (p *Plugin) pendingRecord(uid types.UID) (e podEntry, rec annotations.Alloc
 	}
 	merged := map[string]annotations.ContainerAllocation{}
 	for n, c := range pe.Recorded {
+		if p.dropped[uid][n] {
+			changed = true
+			continue
+		}
 		merged[n] = c
 	}
 	for n, c := range p.local[uid] {

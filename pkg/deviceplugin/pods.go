@@ -30,8 +30,14 @@ type podEntry struct {
 	created time.Time
 	// Pending is true while the pod's phase is Pending: the kubelet has not started it yet.
 	Pending bool
-	// Gone is true for pods that ended (Succeeded, Failed) or are being deleted.
+	// Gone is true for pods that ended (Succeeded, Failed): the kubelet has freed their devices.
 	Gone bool
+	// Deleting is true for pods being deleted that have not ended: they hold their devices until the
+	// kubelet frees them (the end of their grace period), but are never admitted again.
+	Deleting bool
+	// Controlled is true when a controller (ownerReference with controller: true) re-creates the pod
+	// if it is evicted.
+	Controlled bool
 
 	// HasAssignment says the pod carries the assignment annotation; Assignment is nil when it did
 	// not decode or names another node (AssignmentErr says why).
@@ -79,11 +85,16 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, 
 	e := &podEntry{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
 		Pending: pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "",
-		Gone: pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
-			pod.DeletionTimestamp != nil,
+		Gone:     pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed,
+		Deleting: pod.DeletionTimestamp != nil,
 		Requests: map[string]annotations.ContainerRequest{},
 		bound:    pod.CreationTimestamp.Time,
 		created:  pod.CreationTimestamp.Time,
+	}
+	for _, o := range pod.OwnerReferences {
+		if o.Controller != nil && *o.Controller {
+			e.Controlled = true
+		}
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
@@ -142,6 +153,8 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, 
 			e.Order = append(e.Order, counts...)
 			if r, err := annotations.ParseContainerRequest(&cs[i], names); err == nil {
 				r.Init = init
+				// A restartable init container (sidecar) runs beside the app containers.
+				r.Sidecar = init && cs[i].RestartPolicy != nil && *cs[i].RestartPolicy == corev1.ContainerRestartPolicyAlways
 				e.Requests[cs[i].Name] = r
 			}
 		}

@@ -8,6 +8,7 @@
 package deviceplugin
 
 import (
+	"path/filepath"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/deviceplugin/kubeletrecord"
 	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
 	"github.com/cardinal-gpu/cardinal/pkg/kubeconfig"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
@@ -252,7 +254,10 @@ func Run(ctx context.Context, cfg Config) error {
 
 	m := newMetrics()
 	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
-		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, MemoryLimiter: limiter, MemoryBackend: backend, Log: log.WithName("plugin"), Metrics: m})
+		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, MemoryLimiter: limiter, MemoryBackend: backend, Log: log.WithName("plugin"), Metrics: m,
+		KubeletRecord: func() (kubeletrecord.Record, error) {
+			return kubeletrecord.Read(filepath.Join(cfg.DevicePluginDir, kubeletrecord.CheckpointFile))
+		}})
 	if cfg.Sharing.Mode == annotations.SharingHAMiCore {
 		if err := writePreload(cfg.Sharing.HAMiCorePreloadDir); err != nil {
 			return err
@@ -292,11 +297,17 @@ func Run(ctx context.Context, cfg Config) error {
 		recordHealthEvent(events, nodeRef, ev)
 	}
 	p.failed = func(e *AllocateError) {
+		reason := "CardinalAllocateFailed"
+		if e.Reason == ReasonWrongResponse || e.Reason == ReasonUnverified {
+			reason = EventWrongContainer
+		}
 		for _, pod := range e.Pods {
 			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-			events.Event(ref, corev1.EventTypeWarning, "CardinalAllocateFailed", e.Error())
+			events.Event(ref, corev1.EventTypeWarning, reason, e.Error())
 		}
 	}
+	evictions := newEvictor(client, log.WithName("evict"))
+	p.evict = evictions.enqueue
 
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { upsert(p, o) },
@@ -362,6 +373,7 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("pod and node caches synced")
 
 	g.Go(func() error { records.run(ctx); return nil })
+	g.Go(func() error { evictions.run(ctx); return nil })
 	g.Go(func() error { inventory.run(ctx); return nil })
 	kick, err := startKubeletTopology(ctx, g, cfg, inventory, log.WithName("kubelet-topology"))
 	if err != nil {
