@@ -2,8 +2,8 @@ package deviceplugin
 
 import (
 	"context"
-	"slices"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"

@@ -84,7 +84,7 @@ func (e *podEntry) key() string { return e.Namespace + "/" + e.Name }
 func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, schedulerName string) *podEntry {
 	e := &podEntry{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
-		Pending: pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "",
+		Pending:  pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "",
 		Gone:     pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed,
 		Deleting: pod.DeletionTimestamp != nil,
 		Requests: map[string]annotations.ContainerRequest{},

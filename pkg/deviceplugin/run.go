@@ -8,13 +8,13 @@
 package deviceplugin
 
 import (
-	"path/filepath"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,8 +40,8 @@ import (
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
-	"github.com/cardinal-gpu/cardinal/pkg/deviceplugin/kubeletrecord"
 	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
+	"github.com/cardinal-gpu/cardinal/pkg/deviceplugin/kubeletrecord"
 	"github.com/cardinal-gpu/cardinal/pkg/kubeconfig"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
