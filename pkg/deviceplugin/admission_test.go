@@ -72,22 +72,25 @@ func TestUnmanagedPodBoundFirstDoesNotTakeCardinalPodsCard(t *testing.T) {
 func TestCardinalPodNeverServedAsUnmanaged(t *testing.T) {
 	// Just after a restart the plugin lists "other" (unmanaged) and "a" (Cardinal, shared), bound in
 	// the same second: which one the kubelet admits first is not known. It hands out IDs that are
-	// nobody's assignment. Serving them as "other" could give "a" a card without its limits: refused,
-	// naming both.
+	// nobody's assignment. Serving them as "other" could give "a" a card without its limits: served as
+	// the guess, and refused at start if the kubelet's record shows "a" holding them.
 	p := testPluginListing(t, testCards(4, nil), 4)
 	other := newPod("other", ctr{name: "main", count: 1}).unmanaged()
 	p.UpsertPod(other.obj(t))
-	p.UpsertPod(newPod("a", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(0), 0)}, memMiB: 20000}).createdWith(other).obj(t))
-	_, err := allocateIDs(p, annotations.SlotID(uuidOf(2), 0))
-	if st, _ := status.FromError(err); err == nil || !strings.HasPrefix(st.Message(), "cardinal: ambiguous-owner:") {
-		t.Fatalf("err = %v, want ambiguous-owner", err)
+	a := newPod("a", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(0), 0)}, memMiB: 20000}).createdWith(other)
+	p.UpsertPod(a.obj(t))
+	ids := []string{annotations.SlotID(uuidOf(2), 0)}
+	resp, err := allocateIDs(p, ids...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	wantRefusal(t, startAs(p, a, "main", ids, resp), ReasonWrongResponse, "pod default/a", "pod default/other", "CUDA_DEVICE_MEMORY_LIMIT_0")
 	// A whole-card Cardinal container gets the same answer as the unmanaged pod: served.
 	q := testPluginListing(t, testCards(4, nil), 1)
 	other = newPod("other", ctr{name: "main", count: 1}).unmanaged()
 	q.UpsertPod(other.obj(t))
 	q.UpsertPod(newPod("a", ctr{name: "main", ids: []string{uuidOf(0)}}).createdWith(other).obj(t))
-	resp, err := allocateIDs(q, uuidOf(2))
+	resp, err = allocateIDs(q, uuidOf(2))
 	if err != nil {
 		t.Fatal(err)
 	}

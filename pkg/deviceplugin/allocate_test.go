@@ -156,7 +156,9 @@ func TestAllocateRefusals(t *testing.T) {
 			ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonUnusable, contains: `pod default/bad container "main" (devices GPU-01), but its assignment cannot be used: cardinal.io/gpu-assignment:`},
 		{name: "assignment for another node", pods: []*podBuilder{newPod("moved", ctr{name: "main", count: 1}).rawAssignment(`{"v":1,"node":"node-b","containers":[{"name":"main","devices":[{"uuid":"GPU-01","id":"GPU-01"}]}]}`)},
 			ids: []string{"GPU-01"}, code: codes.FailedPrecondition, reason: ReasonUnusable, contains: `names node "node-b"`},
-		{name: "two pods could own the IDs", pods: twoCreatedTogether(newPod("a", ctr{name: "main", ids: []string{"GPU-00"}}), newPod("b", ctr{name: "main", ids: []string{"GPU-01"}, memMiB: 20000})),
+		{name: "two pods could own the IDs and neither may have them", pods: twoCreatedTogether(
+			newPod("a", ctr{name: "main", ids: []string{"GPU-00"}}).annotate(annotations.UseGPUType, "H100"),
+			newPod("b", ctr{name: "main", ids: []string{"GPU-01"}, memMiB: 20000}).annotate(annotations.UseGPUType, "H100")),
 			ids: []string{"GPU-02"}, code: codes.FailedPrecondition, reason: ReasonAmbiguous,
 			contains: `2 containers in flight on this node ask for 1 device(s) next, the kubelet's order among them is not certain`},
 		{name: "unmanaged pod bound first would take a Cardinal pod's assignment", pods: []*podBuilder{newPod("other", ctr{name: "main", count: 1}).unmanaged(), newPod("a", ctr{name: "main", ids: []string{"GPU-00"}})},

@@ -94,13 +94,15 @@ func agreeing(p *Plugin) recordReader {
 // ctr is a GPU container of a test pod: its name, its assigned IDs (nil: no assignment entry) and,
 // for shared containers, memory and cores.
 type ctr struct {
-	name   string
-	ids    []string
-	count  int // defaults to len(ids)
-	init   bool
-	memMiB int64
-	memPct int // nvidia.com/gpumem-percentage
-	cores  int
+	name  string
+	ids   []string
+	count int // defaults to len(ids)
+	init  bool
+	// sidecar makes an init container restartable (restartPolicy Always).
+	sidecar bool
+	memMiB  int64
+	memPct  int // nvidia.com/gpumem-percentage
+	cores   int
 	// mig is the MIG profile the container asks instances of ("": cards); its ids are then MIG
 	// UUIDs of migCards' instances.
 	mig string
@@ -157,6 +159,13 @@ func (b *podBuilder) boundAt(s int) *podBuilder {
 
 func (b *podBuilder) annotate(k, v string) *podBuilder { b.pod.Annotations[k] = v; return b }
 
+// controlled gives b a controller (a ReplicaSet) that re-creates it when it is evicted.
+func (b *podBuilder) controlled() *podBuilder {
+	yes := true
+	b.pod.OwnerReferences = append(b.pod.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "uid-rs", Controller: &yes})
+	return b
+}
+
 // rawAssignment sets the assignment annotation to a literal value.
 func (b *podBuilder) rawAssignment(v string) *podBuilder { b.raw = &v; return b }
 
@@ -182,6 +191,10 @@ func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
 			limits[annotations.ResourceGPUCores] = *resource.NewQuantity(int64(c.cores), resource.DecimalSI)
 		}
 		k := corev1.Container{Name: c.name, Resources: corev1.ResourceRequirements{Limits: limits}}
+		if c.sidecar {
+			always := corev1.ContainerRestartPolicyAlways
+			k.RestartPolicy = &always
+		}
 		if c.init {
 			b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, k)
 		} else {
@@ -310,3 +323,13 @@ func kubeletSays(t testing.TB, p *Plugin, held map[string][]string) {
 
 // twoCreatedTogether gives b a's creation time: the kubelet's order between them is not certain.
 func twoCreatedTogether(a, b *podBuilder) []*podBuilder { return []*podBuilder{a, b.createdWith(a)} }
+
+// startAs has the kubelet's record show container name of pod holding ids with resp (the response
+// Allocate returned for them), and calls PreStartContainer for ids.
+func startAs(p *Plugin, pod *podBuilder, name string, ids []string, resp *pluginapi.AllocateResponse) error {
+	rec := kubeletrecord.Record{Entries: []kubeletrecord.Entry{{PodUID: pod.pod.UID, Container: name, Resource: string(annotations.ResourceGPU),
+		IDs: slices.Sorted(slices.Values(ids)), Response: resp.ContainerResponses[0]}}}
+	p.kubeletRecord = func() (kubeletrecord.Record, error) { return rec, nil }
+	_, err := p.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: ids})
+	return err
+}

@@ -72,6 +72,9 @@ type outcome struct {
 	Exact bool
 	// Certain is true when the kubelet is certainly admitting the owner (owner.go).
 	Certain bool
+	// Guess is true when the owner is one of several candidates that would not get the same answer:
+	// PreStartContainer then decides, from the kubelet's record (verify.go).
+	Guess bool
 }
 
 // inFlight: the kubelet may still admit the container (a pod being deleted is not admitted again).

@@ -29,7 +29,7 @@ func newMetrics() *metrics {
 		registry: prometheus.NewRegistry(),
 		allocateTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cardinal_device_plugin_allocate_total",
-			Help: "Allocate calls by resource and result: exact (the assignment), corrected (other IDs, served), unmanaged (a pod Cardinal did not schedule), or the refusal reason.",
+			Help: "Allocate calls by resource and result: exact (the assignment), corrected (other IDs, served), guessed (the likeliest of several containers; verified at start), unmanaged (a pod Cardinal did not schedule), or the refusal reason.",
 		}, []string{"resource", "result"}),
 		allocateSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cardinal_device_plugin_allocate_duration_seconds",

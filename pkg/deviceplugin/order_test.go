@@ -12,7 +12,8 @@ func TestCreationOrderBeatsBindOrder(t *testing.T) {
 	// "big" (60000 MiB) was created before "small" (10000 MiB) but bound after it. A kubelet that
 	// sees both in one batch (its first list after a restart, a relist) admits "big" first; one that
 	// saw them one by one admits "small" first. Steering by bind order gave "big" small's slot and
-	// its 10000 MiB limit. Not certain: no steering to small's assignment, and Allocate refuses.
+	// its 10000 MiB limit. Not certain: no steering to small's assignment; Allocate serves its best
+	// guess (small's own slot, small's limits), and the kubelet's record decides at start.
 	p := testPlugin(t, testCards(4, nil), 4)
 	big := newPod("big", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(0), 0)}, memMiB: 60000}).boundAt(3600)
 	small := newPod("small", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(1), 0)}, memMiB: 10000}).boundAt(3600)
@@ -22,8 +23,16 @@ func TestCreationOrderBeatsBindOrder(t *testing.T) {
 	if got := preferIDs(t, p, all, 1); slices.Equal(got, []string{annotations.SlotID(uuidOf(1), 0)}) {
 		t.Errorf("preferred steered to small's assignment %v though big may be admitted first", got)
 	}
-	_, err := allocateIDs(p, annotations.SlotID(uuidOf(1), 0))
-	wantRefusal(t, err, ReasonAmbiguous, "pod default/big", "pod default/small")
+	ids := []string{annotations.SlotID(uuidOf(1), 0)}
+	resp, err := allocateIDs(p, ids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := startAs(p, small, "main", ids, resp); err != nil {
+		t.Errorf("small, given its own slot and limits, refused at start: %v", err)
+	}
+	// The kubelet admitted big instead: big would start with small's 10000 MiB limit.
+	wantRefusal(t, startAs(p, big, "main", ids, resp), ReasonWrongResponse, "pod default/big", "pod default/small", `CUDA_DEVICE_MEMORY_LIMIT_0="10000m" where its own is "60000m"`)
 
 	// Created and bound in the same order: certain, and each is served its own limits.
 	q := testPlugin(t, testCards(4, nil), 4)
@@ -41,7 +50,8 @@ func TestCreationOrderBeatsBindOrder(t *testing.T) {
 func TestExactMatchKeepsTheCertaintyRule(t *testing.T) {
 	// Just after a restart: Cardinal's "a" (a 20000 MiB slot) and "other" (another scheduler's),
 	// created and bound in the same second. The kubelet may be admitting either. Serving a's slot by
-	// exact match gave it, with a's limits, to "other", and "a" then got a card with no limits.
+	// exact match gave it, with a's limits, to "other", and "a" then got a card with no limits. Now
+	// the guess is served and the kubelet's record decides at start.
 	p := testPluginListing(t, testCards(4, nil), 4)
 	a := newPod("a", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(0), 0)}, memMiB: 20000})
 	p.UpsertPod(a.obj(t))
@@ -50,8 +60,14 @@ func TestExactMatchKeepsTheCertaintyRule(t *testing.T) {
 	if got := preferIDs(t, p, all, 1); slices.Equal(got, []string{annotations.SlotID(uuidOf(0), 0)}) {
 		t.Errorf("preferred steered to a's assignment %v though other may be admitted first", got)
 	}
-	_, err := allocateIDs(p, annotations.SlotID(uuidOf(0), 0))
-	wantRefusal(t, err, ReasonAmbiguous, "pod default/a", "pod default/other")
+	ids := []string{annotations.SlotID(uuidOf(0), 0)}
+	resp, err := allocateIDs(p, ids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newPod("other", ctr{name: "main", count: 1}).unmanaged().createdWith(a)
+	other.pod.UID = "uid-other"
+	wantRefusal(t, startAs(p, other, "main", ids, resp), ReasonWrongResponse, "pod default/other", "pod default/a")
 }
 
 func TestUncertainOrderStillAdmitsInterchangeablePods(t *testing.T) {

@@ -125,24 +125,51 @@ func resolve(t *deviceTable, res corev1.ResourceName, holders []holder, ids []st
 	}
 	ambiguous := func(why string) *AllocateError {
 		return refuse(ReasonAmbiguous, podsOf(cands),
-			"devices %s: %d containers in flight on this node ask for %d device(s) next, the kubelet's order among them is not certain (created in the same second, or bound and created in opposite orders), and they would not get the same answer (%s): %s",
+			"devices %s: %d containers in flight on this node ask for %d device(s) next, the kubelet's order among them is not certain (created in the same second, or bound and created in opposite orders), and none of them may have them (%s): %s",
 			strings.Join(ids, ","), len(cands), len(ids), why, describeAll(cands))
 	}
+	harmless := true
 	for _, c := range cands {
 		if c != owner && !interchangeable(t, owner, c, ids) {
-			return outcome{}, ambiguous(fmt.Sprintf("%s and %s differ", owner, c))
+			harmless = false
+			break
 		}
 	}
 	exact := owner.Assigned != nil && sameSet(owner.ids(), ids)
-	for _, c := range cands {
-		if c != owner && exact {
-			continue // a swap between interchangeable containers: PodResources corrects the records
-		}
-		if err := judge(t, holders, loads, c, ids); err != nil {
-			return outcome{}, ambiguous(fmt.Sprintf("%s would be refused: %s: %s", c, err.Reason, err.Message))
+	if harmless {
+		for _, c := range cands {
+			if c != owner && exact {
+				continue // a swap between interchangeable containers: the kubelet's record decides
+			}
+			if err := judge(t, holders, loads, c, ids); err != nil {
+				harmless = false
+				break
+			}
 		}
 	}
-	return served(owner, ids), nil
+	if harmless {
+		return served(owner, ids), nil
+	}
+	// Not interchangeable: serve the likeliest candidate that may have the IDs, the natural owner
+	// first. A wrong guess never runs: PreStartContainer finds, in the kubelet's record, that the
+	// container holding the IDs was given another's response, refuses to start it, and has its pod
+	// re-created (verify.go). Refusing here instead would fail the pod's admission for good,
+	// whoever it is, right guess or not.
+	order := append([]*holder{owner}, cands...)
+	var why []string
+	for i, c := range order {
+		if i > 0 && c == owner {
+			continue
+		}
+		err := judge(t, holders, loads, c, ids)
+		if err == nil {
+			o := served(c, ids)
+			o.Guess = true
+			return o, nil
+		}
+		why = append(why, fmt.Sprintf("%s: %s: %s", c, err.Reason, err.Message))
+	}
+	return outcome{}, ambiguous(strings.Join(why, "; "))
 }
 
 func served(h *holder, ids []string) outcome {

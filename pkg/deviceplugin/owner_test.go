@@ -43,8 +43,12 @@ func TestUnusableAssignmentIsNeverServedNorTakenForOwner(t *testing.T) {
 			b := newPod("bad", ctr{name: "main", count: 1}).rawAssignment(bad.raw).annotate(annotations.UseGPUType, "H100")
 			p.UpsertPod(b.obj(t))
 			p.UpsertPod(newPod("good", ctr{name: "main", ids: []string{uuidOf(1)}}).createdWith(b).obj(t))
-			_, err := allocateIDs(p, uuidOf(2))
-			wantRefusal(t, err, ReasonAmbiguous, "pod default/bad", "pod default/good")
+			// Only "good" may have it: served as good's; if the kubelet gave it to "bad", bad never starts.
+			resp, err := allocateIDs(p, uuidOf(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRefusal(t, startAs(p, b, "main", []string{uuidOf(2)}, resp), ReasonUnusable, "pod default/bad")
 
 			// With the order certain ("bad" created and bound first), the same IDs used to be served
 			// to "bad" as if Cardinal had not scheduled it: an A100 for an H100-only pod.

@@ -52,6 +52,8 @@ type Plugin struct {
 	healthChanged func(nvidia.HealthEvent)
 	// failed is called (outside the lock) when Allocate or PreStartContainer refuses a request.
 	failed func(*AllocateError)
+	// deleted is called (outside the lock) with every pod the plugin forgets.
+	deleted func(types.UID)
 	// evict is called (outside the lock) with a pod whose container the kubelet's record shows was
 	// given another's devices or limits, when a controller re-creates it (verify.go).
 	evict func(pod *podEntry, why string)
@@ -129,7 +131,7 @@ func newPlugin(o pluginOptions) *Plugin {
 		limiter: o.MemoryLimiter, memBackend: o.MemoryBackend, cgroupRoot: o.Sharing.CgroupRoot,
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
-		evict: func(*podEntry, string) {}, kubeletRecord: o.KubeletRecord, dropped: map[types.UID]map[string]bool{},
+		evict: func(*podEntry, string) {}, deleted: func(types.UID) {}, kubeletRecord: o.KubeletRecord, dropped: map[types.UID]map[string]bool{},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:    map[types.UID]map[string]annotations.ContainerAllocation{},
@@ -210,6 +212,7 @@ func (p *Plugin) DeletePod(pod *corev1.Pod) {
 	delete(p.dropped, pod.UID)
 	p.refreshHeldLocked()
 	p.mu.Unlock()
+	p.deleted(pod.UID)
 }
 
 // refreshHeldLocked adapts the advertised IDs to the IDs pods hold (deviceTable.setHeld) and wakes
@@ -479,6 +482,10 @@ func (p *Plugin) allocate(ctx context.Context, res corev1.ResourceName, req *plu
 	result := "exact"
 	for _, o := range served {
 		switch {
+		case o.Guess:
+			result = "guessed"
+			p.log.Info("allocated to the likeliest of several containers; the kubelet's record decides at start", keyResource, res, logging.KeyPod, o.Owner.Pod.key(),
+				logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
 		case !o.Owner.Pod.HasAssignment:
 			result = "unmanaged"
 			p.log.Info("allocated to a pod Cardinal did not schedule", keyResource, res, logging.KeyPod, o.Owner.Pod.key(), logging.KeyContainer, o.Owner.Name, logging.KeyDevices, o.IDs)
@@ -608,8 +615,8 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, w
 // other in-flight containers of the same size are then visible; Allocate waits (up to cacheWait)
 // for the informer rather than refuse the pod as ambiguous or unowned.
 func unresolved(t *deviceTable, res corev1.ResourceName, hs []holder, ids []string) bool {
-	_, err := resolve(t, res, hs, ids)
-	return err != nil && (err.Reason == ReasonAmbiguous || err.Reason == ReasonNoOwner)
+	o, err := resolve(t, res, hs, ids)
+	return o.Guess || err != nil && (err.Reason == ReasonAmbiguous || err.Reason == ReasonNoOwner)
 }
 
 // substituteWaitDivisor: Allocate waits cacheWait/substituteWaitDivisor (1 s by default) for IDs

@@ -285,6 +285,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return n.Annotations[annotations.GPUInventory], true
 	}, log.WithName("inventory"))
 	p.record = records.enqueue
+	p.deleted = records.enqueue // its sync forgets what it wrote on the pod
 	p.devicesChanged = inventory.enqueue
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
