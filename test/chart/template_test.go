@@ -649,6 +649,8 @@ func TestRBAC(t *testing.T) {
 		devicePluginName: {
 			rule(core, []string{"nodes"}, []string{"get", "list", "watch", "patch"}),
 			rule(core, []string{"pods"}, []string{"get", "list", "watch", "patch"}),
+			// A pod started with another container's devices is evicted to be placed again.
+			rule(core, []string{"pods/eviction"}, []string{"create"}),
 			rule(events, []string{"events"}, []string{"create", "patch"}),
 		},
 	}
