@@ -40,7 +40,7 @@ func nextContainers(holders []holder, size int) []*holder {
 			continue
 		}
 		found = true
-		if inFlight(h) && h.Count == size {
+		if inFlight(h) && h.Count == size && !h.NotAdmitting {
 			out = append(out, h)
 		}
 	}

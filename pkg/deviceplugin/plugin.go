@@ -57,6 +57,9 @@ type Plugin struct {
 	// evict is called (outside the lock) with a pod whose container the kubelet's record shows was
 	// given another's devices or limits, when a controller re-creates it (verify.go).
 	evict func(pod *podEntry, why string)
+	// podResources is the kubelet's PodResources API, asked which pod is being admitted
+	// (admitting.go); nil: never asked.
+	podResources podResourcesLister
 	// kubeletRecord reads the kubelet's record of who holds which devices (verify.go).
 	kubeletRecord recordReader
 
@@ -119,6 +122,8 @@ type pluginOptions struct {
 	CacheWait time.Duration
 	// KubeletRecord: see Plugin.kubeletRecord; nil refuses every container start (fail closed).
 	KubeletRecord recordReader
+	// PodResources: see Plugin.podResources.
+	PodResources podResourcesLister
 }
 
 // DefaultCacheWait is how long GetPreferredAllocation and Allocate wait, at most, for the pod cache
@@ -131,7 +136,7 @@ func newPlugin(o pluginOptions) *Plugin {
 		limiter: o.MemoryLimiter, memBackend: o.MemoryBackend, cgroupRoot: o.Sharing.CgroupRoot,
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
-		evict: func(*podEntry, string) {}, deleted: func(types.UID) {}, kubeletRecord: o.KubeletRecord, dropped: map[types.UID]map[string]bool{},
+		evict: func(*podEntry, string) {}, deleted: func(types.UID) {}, kubeletRecord: o.KubeletRecord, podResources: o.PodResources, dropped: map[types.UID]map[string]bool{},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:    map[types.UID]map[string]annotations.ContainerAllocation{},
@@ -412,7 +417,8 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 // devices of res are candidates.
 func (p *Plugin) getPreferredAllocation(ctx context.Context, res corev1.ResourceName, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	resp := &pluginapi.PreferredAllocationResponse{}
-	holders, _ := p.lockWhenVisible(ctx, res, p.cacheWait, func(hs []holder) bool {
+	list := p.listPodResources(ctx)
+	holders, _ := p.lockWhenVisible(ctx, res, list, p.cacheWait, func(hs []holder) bool {
 		for _, c := range req.ContainerRequests {
 			if !visible(hs, int(c.AllocationSize), nil) {
 				return false
@@ -453,7 +459,8 @@ func (p *Plugin) allocate(ctx context.Context, res corev1.ResourceName, req *plu
 	// IDs that are nobody's assignment are first given a short while to become one: in a burst the
 	// kubelet may be admitting a pod whose binding the informer has not delivered yet, and serving
 	// a visible pod a substitute would hand that pod's cards (and limits) to the wrong container.
-	holders, exact := p.lockWhenVisible(ctx, res, p.cacheWait/substituteWaitDivisor, func(hs []holder) bool {
+	list := p.listPodResources(ctx)
+	holders, exact := p.lockWhenVisible(ctx, res, list, p.cacheWait/substituteWaitDivisor, func(hs []holder) bool {
 		if !ready(hs) {
 			return false
 		}
@@ -466,7 +473,7 @@ func (p *Plugin) allocate(ctx context.Context, res corev1.ResourceName, req *plu
 	})
 	if !exact && !ready(holders) {
 		p.mu.Unlock()
-		holders, _ = p.lockWhenVisible(ctx, res, p.cacheWait, ready)
+		holders, _ = p.lockWhenVisible(ctx, res, list, p.cacheWait, ready)
 	}
 	served, toRecord, aerr := p.serveLocked(res, holders, req, resp)
 	if aerr != nil {
@@ -583,12 +590,17 @@ func (p *Plugin) saw(uid types.UID, name string, ids []string) {
 
 // lockWhenVisible takes p.mu and returns the holders of resource res once ready accepts them
 // (true), or once wait has passed (or ctx ended) without that (false). It returns with p.mu held.
-func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, wait time.Duration, ready func([]holder) bool) ([]holder, bool) {
+// list is the kubelet's PodResources at the call (nil: not known): holders of pods other than the one
+// it shows being admitted are marked so, and until the cache shows every pod list names that could
+// be the one, the holders are not ready.
+func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, list *podresourcesapi.ListPodResourcesResponse, wait time.Duration, ready func([]holder) bool) ([]holder, bool) {
 	var deadline <-chan time.Time
 	for {
 		p.mu.Lock()
 		hs := p.holdersLocked(res)
-		if ready(hs) {
+		uid, settled := p.admittingLocked(list)
+		onlyAdmitting(hs, uid)
+		if settled && ready(hs) {
 			return hs, true
 		}
 		if deadline == nil {
@@ -606,6 +618,8 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, w
 		}
 		p.mu.Lock()
 		hs = p.holdersLocked(res)
+		uid, _ = p.admittingLocked(list)
+		onlyAdmitting(hs, uid)
 		return hs, ready(hs)
 	}
 }
@@ -636,7 +650,7 @@ func substitutes(t *deviceTable, res corev1.ResourceName, hs []holder, ids []str
 func visible(hs []holder, size int, ids []string) bool {
 	for i := range hs {
 		h := &hs[i]
-		if inFlight(h) && h.Count == size {
+		if inFlight(h) && h.Count == size && !h.NotAdmitting {
 			return true
 		}
 		if ids != nil && h.Assigned != nil && sameSet(h.ids(), ids) {

@@ -218,6 +218,9 @@ type holder struct {
 	Allocated bool
 	// Held are the IDs the kubelet gave it, as far as the plugin knows (nil: not known).
 	Held []string
+	// NotAdmitting is true when the kubelet's PodResources shows another pod being admitted now
+	// (admitting.go): the container is no candidate for this call, though still in flight.
+	NotAdmitting bool
 }
 
 func (h *holder) String() string {

@@ -253,7 +253,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	m := newMetrics()
-	p := newPlugin(pluginOptions{Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
+	// PodResources, asked at GetPreferredAllocation and Allocate which pod is being admitted
+	// (admitting.go); the connection is made on first use, and again after a kubelet restart.
+	prConn, err := grpc.NewClient("unix://"+cfg.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("pod-resources client: %w", err)
+	}
+	defer prConn.Close()
+	p := newPlugin(pluginOptions{PodResources: podresourcesapi.NewPodResourcesListerClient(prConn), Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
 		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, MemoryLimiter: limiter, MemoryBackend: backend, Log: log.WithName("plugin"), Metrics: m,
 		KubeletRecord: func() (kubeletrecord.Record, error) {
 			return kubeletrecord.Read(filepath.Join(cfg.DevicePluginDir, kubeletrecord.CheckpointFile))
@@ -489,13 +496,6 @@ func httpHandler(m *metrics, ready func() bool) http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	return mux
 }
-
-// podResourcesLister is the part of the PodResources API the reconciler uses.
-type podResourcesLister interface {
-	List(ctx context.Context, in *podresourcesapi.ListPodResourcesRequest, opts ...grpc.CallOption) (*podresourcesapi.ListPodResourcesResponse, error)
-}
-
-var _ podResourcesLister = podresourcesapi.PodResourcesListerClient(nil)
 
 // reconcileLoop compares PodResources with the records at start and every interval; it closes
 // firstPass once the first comparison was tried (whether or not PodResources answered).

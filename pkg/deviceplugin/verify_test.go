@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
@@ -30,7 +32,45 @@ type kubeletSim struct {
 	all   []string
 	taken map[string]bool
 	rec   kubeletrecord.Record
+	// active are the pods admitted, and the one being admitted: what PodResources List shows when
+	// listing is on (withPodResources).
+	active []*corev1.Pod
 }
+
+// withPodResources has the plugin ask the simulated kubelet's PodResources List.
+func (k *kubeletSim) withPodResources() *kubeletSim {
+	k.p.podResources = k
+	return k
+}
+
+// List answers as the kubelet's PodResources does: the active pods, their app containers and
+// sidecars, each with the devices the record gives it.
+func (k *kubeletSim) List(context.Context, *podresourcesapi.ListPodResourcesRequest, ...grpc.CallOption) (*podresourcesapi.ListPodResourcesResponse, error) {
+	resp := &podresourcesapi.ListPodResourcesResponse{}
+	for _, pod := range k.active {
+		pr := &podresourcesapi.PodResources{Name: pod.Name, Namespace: pod.Namespace}
+		var cs []corev1.Container
+		for _, c := range pod.Spec.InitContainers {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				cs = append(cs, c)
+			}
+		}
+		for _, c := range append(cs, pod.Spec.Containers...) {
+			cr := &podresourcesapi.ContainerResources{Name: c.Name}
+			for _, e := range k.rec.Entries {
+				if e.PodUID == pod.UID && e.Container == c.Name {
+					cr.Devices = append(cr.Devices, &podresourcesapi.ContainerDevices{ResourceName: e.Resource, DeviceIds: e.IDs})
+				}
+			}
+			pr.Containers = append(pr.Containers, cr)
+		}
+		resp.PodResources = append(resp.PodResources, pr)
+	}
+	return resp, nil
+}
+
+// reject is the kubelet rejecting pod at admission before any device call: it never lists it.
+func (k *kubeletSim) reject(*corev1.Pod) {}
 
 func newKubeletSim(p *Plugin) *kubeletSim {
 	k := &kubeletSim{p: p, all: slices.Clone(p.table.order), taken: map[string]bool{}}
@@ -39,6 +79,7 @@ func newKubeletSim(p *Plugin) *kubeletSim {
 }
 
 func (k *kubeletSim) admit(pod *corev1.Pod) error {
+	k.active = append(k.active, pod)
 	var reuse []string
 	for i, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
 		q, ok := c.Resources.Limits[annotations.ResourceGPU]
@@ -148,6 +189,39 @@ func TestRejectedPodsAssignmentNeverStartsInTheNextPod(t *testing.T) {
 	if _, rec, _, _ := p.pendingRecord(a.pod.UID); len(rec.Containers) != 0 {
 		t.Errorf("a's record %+v, want none: the kubelet gave its slot to b", rec)
 	}
+}
+
+func TestThePodTheKubeletIsAdmittingIsReadFromPodResources(t *testing.T) {
+	// Issue 32, item 1, with the kubelet's PodResources asked at GetPreferredAllocation and Allocate:
+	// "a" is certainly first by the order rules, but the kubelet rejected it before any device call and
+	// lists only "b" (and "c", admitted earlier, holding its card) — so b is steered to and served its
+	// own assignment, with its own limits, and starts.
+	p := testPlugin(t, testCards(4, nil), 4)
+	c := newPod("c", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(2), 0)}, memMiB: 5000})
+	a := newPod("a", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(0), 0)}, memMiB: 10000, cores: 20})
+	b := newPod("b", ctr{name: "main", ids: []string{annotations.SlotID(uuidOf(1), 0)}, memMiB: 60000, cores: 80})
+	for _, x := range []*podBuilder{c, a, b} {
+		p.UpsertPod(x.obj(t))
+	}
+	k := newKubeletSim(p).withPodResources()
+	if err := k.admit(c.pod); err != nil {
+		t.Fatal(err)
+	}
+	k.reject(a.pod)
+	if err := k.admit(b.pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.start(b.pod); err != nil {
+		t.Fatalf("b refused at start: %v", err)
+	}
+	if got := k.rec.Entries[1].IDs; !slices.Equal(got, []string{annotations.SlotID(uuidOf(1), 0)}) {
+		t.Errorf("b got %v, want its own assignment", got)
+	}
+	if env := k.envOf(b.pod, "main"); env[EnvMemoryLimitPrefix+"0"] != "60000m" || env[EnvSMLimit] != "80" {
+		t.Errorf("b's limits %v, want its own 60000m and 80", env)
+	}
+	// Without PodResources (the kubelet's socket unreachable) the order rules guess a, and the start
+	// catches it: TestRejectedPodsAssignmentNeverStartsInTheNextPod.
 }
 
 func TestReplicasWithInitContainersAdmittedInTheOtherOrderStartWithTheirOwnLimits(t *testing.T) {
@@ -360,4 +434,3 @@ func TestAllocateNamesTheContainerServed(t *testing.T) {
 		t.Errorf("%s = %q, want uid-p/main", AllocatedForAnnotation, got)
 	}
 }
-
