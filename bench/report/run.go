@@ -91,7 +91,7 @@ func steps() []step {
 		{scenario: "S3", pkg: "./bench/scenario", bench: "^BenchmarkS3$", benchtime: "1x", timeout: 30 * time.Minute, scenarioArgs: true},
 		{scenario: "S4", pkg: "./pkg/webhook", bench: "^BenchmarkAdmission$", benchtime: "2000x", timeout: 10 * time.Minute},
 		{scenario: "S4", pkg: "./test/integration/webhook", bench: "^BenchmarkAdmissionThroughAPIServer$", benchtime: "1x", timeout: 20 * time.Minute},
-		{scenario: "S5", pkg: "./pkg/deviceplugin", bench: "^BenchmarkAllocate$", benchtime: "5000x", timeout: 10 * time.Minute},
+		{scenario: "S5", pkg: "./pkg/deviceplugin", bench: "^Benchmark(Allocate|PreStart)$", benchtime: "5000x", timeout: 10 * time.Minute},
 		{scenario: "S6", pkg: "./bench/scenario", bench: "^BenchmarkS6$", benchtime: "1x", timeout: 60 * time.Minute, scenarioArgs: true},
 	}
 }
@@ -224,7 +224,7 @@ var methodNotes = []string{
 	"S2: one test bed (etcd, kube-apiserver, kube-scheduler v1.34.4); API-only nodes carry the inventory the device plugin publishes and nvidia.com/gpu capacity. Plain phase first: default profile, no extender, nvidia.com/gpu counted as an extended resource; then all pods deleted and the Cardinal phase: webhook registered as the chart does (pods get schedulerName cardinal-scheduler from it), the extender in-process (scheduler.Run, its binary's client defaults, acting as its ServiceAccount), the chart's rendered KubeSchedulerConfiguration (percentageOfNodesToScore 100). Each phase's pods are created first; kube-scheduler starts after, so pods/s is (bound−1) over first→last binding as seen by a watch, not the create rate. Both kube-schedulers get clientConnection qps/burst 5000 so the default 50 QPS does not cap plain binding. Attempt p50/p99: kube-scheduler's scheduler_scheduling_attempt_duration_seconds{result=scheduled}, interpolated inside its buckets.",
 	"S3: Cardinal only, as in S2. With BENCHMARKS.md's sizes 64 pods × 2 GPUs ask for 128 cards of 64: the 32 that fit must bind, the other 32 must stay pending. Bind errors: the extender's GPUBindFailed events plus FailedScheduling events that mention binding; double-booked: cards named by the assignments of two bound pods.",
 	"S4: pkg/webhook BenchmarkAdmission (handler over HTTP in process) and test/integration/webhook BenchmarkAdmissionThroughAPIServer (100 creates/s for 10 s through a real apiserver; the apiserver's histogram's smallest bucket is 5 ms, so its p99 is a bucket bound).",
-	"S5: pkg/deviceplugin BenchmarkAllocate (64 cards × 4 shares, 60 pods in flight); Allocate makes no API call (the record is written asynchronously).",
+	"S5: pkg/deviceplugin BenchmarkAllocate (64 cards × 4 shares, 60 pods in flight), podresources=off (the order rules alone) beside on (the kubelet's PodResources List asked over a unix socket which pod is being admitted, as on a node); no API call (the record is written asynchronously). BenchmarkPreStart: every container start read against the kubelet's device checkpoint (60 pods, on disk).",
 	"S6: the S2 set-up plus the device plugin's own Run (simulated NVML, no kubelet) in process on a sample of the nodes; the sampled nodes start without an inventory, so each plugin's first publish is a start-up write. Writes (POST/PUT/PATCH/DELETE) of every Cardinal client are counted by a round-tripper over the window after the start-up settled, and cross-checked with the apiserver's apiserver_request_total for nodes; the per-minute figure scales the sample to all nodes.",
 }
 
