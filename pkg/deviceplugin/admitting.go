@@ -59,13 +59,14 @@ func (p *Plugin) admittingLocked(list *podresourcesapi.ListPodResourcesResponse)
 	if list == nil {
 		return "", true
 	}
-	found := 0
+	found, settled := 0, true
 	for _, pr := range list.GetPodResources() {
-		e := p.pods[p.byKey[pr.GetNamespace()+"/"+pr.GetName()]]
+		key := pr.GetNamespace() + "/" + pr.GetName()
+		e := p.pods[p.byKey[key]]
 		holds := p.holdsManaged(pr)
 		if e == nil {
-			if len(holds) == 0 {
-				return "", false
+			if len(holds) == 0 && !p.strangers[key] {
+				settled = false // maybe the pod being admitted, bound a moment ago: wait for the cache
 			}
 			continue
 		}
@@ -76,10 +77,31 @@ func (p *Plugin) admittingLocked(list *podresourcesapi.ListPodResourcesResponse)
 		uid = e.UID
 	}
 	if found != 1 {
-		return "", true
+		return "", settled
 	}
-	return uid, true
+	return uid, settled
 }
+
+// strangersLocked remembers the pods list shows that the cache still does not know once a call has
+// waited for them: a static pod without a mirror pod, say. Later calls do not wait for them again (a
+// pod bound a moment ago is unknown only at its own admission). p.mu held.
+func (p *Plugin) strangersLocked(list *podresourcesapi.ListPodResourcesResponse) {
+	if list == nil {
+		return
+	}
+	if len(p.strangers) > maxStrangers {
+		clear(p.strangers)
+	}
+	for _, pr := range list.GetPodResources() {
+		key := pr.GetNamespace() + "/" + pr.GetName()
+		if _, known := p.byKey[key]; !known {
+			p.strangers[key] = true
+		}
+	}
+}
+
+// maxStrangers bounds the strangers remembered.
+const maxStrangers = 1024
 
 // holdsManaged lists the containers of a PodResources entry that hold managed devices.
 func (p *Plugin) holdsManaged(pr *podresourcesapi.PodResources) map[string]bool {

@@ -57,6 +57,8 @@ type Plugin struct {
 	// evict is called (outside the lock) with a pod whose container the kubelet's record shows was
 	// given another's devices or limits, when a controller re-creates it (verify.go).
 	evict func(pod *podEntry, why string)
+	// strangers are pods PodResources listed that the cache did not know after a wait (admitting.go).
+	strangers map[string]bool
 	// podResources is the kubelet's PodResources API, asked which pod is being admitted
 	// (admitting.go); nil: never asked.
 	podResources podResourcesLister
@@ -136,7 +138,7 @@ func newPlugin(o pluginOptions) *Plugin {
 		limiter: o.MemoryLimiter, memBackend: o.MemoryBackend, cgroupRoot: o.Sharing.CgroupRoot,
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
-		evict: func(*podEntry, string) {}, deleted: func(types.UID) {}, kubeletRecord: o.KubeletRecord, podResources: o.PodResources, dropped: map[types.UID]map[string]bool{},
+		evict: func(*podEntry, string) {}, deleted: func(types.UID) {}, kubeletRecord: o.KubeletRecord, podResources: o.PodResources, strangers: map[string]bool{}, dropped: map[types.UID]map[string]bool{},
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:    map[types.UID]map[string]annotations.ContainerAllocation{},
@@ -177,6 +179,7 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 	}
 	p.pods[pod.UID] = e
 	p.byKey[e.key()] = pod.UID
+	delete(p.strangers, e.key())
 	close(p.podsChanged)
 	p.podsChanged = make(chan struct{})
 	// Local knowledge the pod now carries is dropped: the record is the truth from here on.
@@ -618,6 +621,9 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, l
 		}
 		p.mu.Lock()
 		hs = p.holdersLocked(res)
+		if _, settled := p.admittingLocked(list); !settled {
+			p.strangersLocked(list)
+		}
 		uid, _ = p.admittingLocked(list)
 		onlyAdmitting(hs, uid)
 		return hs, ready(hs)

@@ -434,3 +434,33 @@ func TestAllocateNamesTheContainerServed(t *testing.T) {
 		t.Errorf("%s = %q, want uid-p/main", AllocatedForAnnotation, got)
 	}
 }
+
+func TestAPodTheCacheNeverShowsIsWaitedForOnce(t *testing.T) {
+	// PodResources lists "static-x", which the cache does not know (a static pod without a mirror
+	// pod): the first Allocate waits for the cache to show it (it could be the pod being admitted,
+	// bound a moment ago), then remembers it; later calls do not wait for it again.
+	p := testPlugin(t, testCards(2, nil), 1)
+	a := newPod("a", ctr{name: "main", ids: []string{uuidOf(0)}})
+	p.UpsertPod(a.obj(t))
+	k := newKubeletSim(p).withPodResources()
+	k.active = append(k.active, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static-x", Namespace: "kube-system", UID: "hash"}})
+	if err := k.admit(a.pod); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	remembered := p.strangers["kube-system/static-x"]
+	p.mu.Unlock()
+	if !remembered {
+		t.Errorf("static-x not remembered as a pod the cache does not show")
+	}
+	if got := k.rec.Entries[0].IDs; !slices.Equal(got, []string{uuidOf(0)}) {
+		t.Errorf("a got %v, want its assignment", got)
+	}
+	p.UpsertPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static-x", Namespace: "kube-system", UID: "mirror"}, Spec: corev1.PodSpec{NodeName: testNode}})
+	p.mu.Lock()
+	remembered = p.strangers["kube-system/static-x"]
+	p.mu.Unlock()
+	if remembered {
+		t.Errorf("static-x still a stranger once its mirror pod shows")
+	}
+}
