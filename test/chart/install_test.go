@@ -240,7 +240,9 @@ func checkAccess(t *testing.T, client kubernetes.Interface) {
 	ext, wh, dp := schedulerSA, "system:serviceaccount:"+namespace+":"+webhookName, devicePluginSA
 	for _, c := range []check{
 		{user: ext, verb: "create", res: "pods", sub: "binding", ns: "default", allowed: true},
-		{user: ext, verb: "patch", res: "pods", ns: "default", allowed: true},
+		{user: ext, verb: "patch", res: "pods", ns: "default", allowed: false}, // the assignment travels on the Binding
+		{user: ext, verb: "update", res: "pods", ns: "kube-system", allowed: false},
+		{user: ext, verb: "patch", res: "pods", sub: "status", ns: "default", allowed: true}, // system:kube-scheduler's own
 		{user: ext, verb: "watch", res: "nodes", allowed: true},
 		{user: ext, verb: "update", group: "coordination.k8s.io", res: "leases", ns: namespace, name: "cardinal-scheduler", allowed: true},
 		{user: ext, verb: "get", res: "configmaps", ns: "kube-system", name: "extension-apiserver-authentication", allowed: true},
@@ -282,6 +284,26 @@ func checkAccess(t *testing.T, client kubernetes.Interface) {
 		}
 		if got.Status.Allowed != c.allowed {
 			t.Errorf("%s: allowed = %v, want %v (%s)", name, got.Status.Allowed, c.allowed, got.Status.Reason)
+		}
+	}
+	// The scheduler's account writes pods only as kube-scheduler's own user (system:kube-scheduler,
+	// bound to the upstream role) may: every pod write it holds, that user holds too.
+	for _, sub := range []string{"", "status", "binding", "eviction", "ephemeralcontainers", "resize", "exec", "attach", "portforward", "proxy"} {
+		for _, verb := range []string{"create", "update", "patch", "delete", "deletecollection"} {
+			allowed := func(user string, groups ...string) bool {
+				sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: user, Groups: append(groups, "system:authenticated"),
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "pods", Subresource: sub, Namespace: "kube-system"},
+				}}
+				got, err := client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sar, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("%s %s pods/%s: %v", user, verb, sub, err)
+				}
+				return got.Status.Allowed
+			}
+			if allowed(ext, "system:serviceaccounts", "system:serviceaccounts:"+namespace) && !allowed("system:kube-scheduler") {
+				t.Errorf("the scheduler's account may %s pods/%s in kube-system; kube-scheduler's own role may not", verb, sub)
+			}
 		}
 	}
 }

@@ -630,7 +630,8 @@ func TestRBAC(t *testing.T) {
 	wantCluster := map[string][]rbacv1.PolicyRule{
 		schedulerName + "-extender": {
 			rule(core, []string{"nodes"}, []string{"get", "list", "watch"}),
-			rule(core, []string{"pods"}, []string{"get", "list", "watch", "patch"}),
+			// No pod write: the assignment travels on the Binding.
+			rule(core, []string{"pods"}, []string{"get", "list", "watch"}),
 			// --filter-shortlist: a pod a Service selects gets every fitting node.
 			rule(core, []string{"services"}, []string{"list", "watch"}),
 			// Preempt verb: victims whose eviction no budget forbids first.
