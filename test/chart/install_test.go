@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -457,6 +458,24 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 	}
 }
 
+// as returns a client with the credentials of the release's ServiceAccount sa: a token of it, not
+// impersonation, so that the API server authenticates the request as it would the pod's.
+func (in *installed) as(t *testing.T, sa string) kubernetes.Interface {
+	t.Helper()
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	tok, err := in.c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa, tr, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token request: %v", err)
+	}
+	cfg := rest.AnonymousClientConfig(in.c.RESTConfig)
+	cfg.BearerToken = tok.Status.Token
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return cs
+}
+
 // TestWebhookRecreatesItsSecret deletes the self-managed certificate Secret, then runs a fresh
 // replica's certificate reconciliation with the webhook's own credentials (a token of its
 // ServiceAccount, the chart's RBAC and policies): it creates the Secret again and becomes ready. The
@@ -469,17 +488,7 @@ func TestWebhookRecreatesItsSecret(t *testing.T) {
 	if err := admin.CoreV1().Secrets(namespace).Delete(ctx, secretName, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("%v", err)
 	}
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	tok, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, webhookName, tr, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token request: %v", err)
-	}
-	cfg := rest.AnonymousClientConfig(in.c.RESTConfig)
-	cfg.BearerToken = tok.Status.Token
-	asWebhook, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
+	asWebhook := in.as(t, webhookName)
 	rotator, err := certs.New(certs.Config{Client: asWebhook, Namespace: namespace, SecretName: secretName, WebhookConfiguration: webhookName,
 		Hosts: []string{webhookName + "." + namespace + ".svc"}, CertLifetime: time.Hour, CALifetime: 24 * time.Hour, CheckInterval: time.Minute,
 		Logger: testr.New(t)})
@@ -516,4 +525,178 @@ func TestWebhookRecreatesItsSecret(t *testing.T) {
 	if _, err := asWebhook.CoreV1().Secrets(namespace).Create(ctx, other, metav1.CreateOptions{}); !refused(err) {
 		t.Errorf("creating another Secret: %v, want a refusal by the certificates policy", err)
 	}
+}
+
+// TestWebhookConfigurationsPolicy: with the webhook's own credentials (RBAC grants update on its two
+// configurations), the certificate rotator sets their caBundle, and every other change to them is
+// refused by the chart's policy: a URL of an attacker's, rules that send every object, another
+// webhook, a label.
+func TestWebhookConfigurationsPolicy(t *testing.T) {
+	in := installChart(t, nil)
+	ctx := context.Background()
+	asWebhook := in.as(t, webhookName)
+	reg := asWebhook.AdmissionregistrationV1()
+	refused := func(err error) bool {
+		return err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), webhookName+"-configurations")
+	}
+	updateMutating := func(change func(*admissionregistrationv1.MutatingWebhookConfiguration), dryRun bool) error {
+		m, err := reg.MutatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(m)
+		opts := metav1.UpdateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = reg.MutatingWebhookConfigurations().Update(ctx, m, opts)
+		return err
+	}
+	updateValidating := func(change func(*admissionregistrationv1.ValidatingWebhookConfiguration), dryRun bool) error {
+		v, err := reg.ValidatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(v)
+		opts := metav1.UpdateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = reg.ValidatingWebhookConfigurations().Update(ctx, v, opts)
+		return err
+	}
+	attacker := func(c *admissionregistrationv1.WebhookClientConfig) {
+		c.Service, c.URL = nil, ptr.To("https://attacker.example.com/admit")
+	}
+	everything := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}},
+	}}
+	// The API server enforces a policy once its informer has it: wait for the first refusal. Every
+	// refused change below is a dry run (admission runs, nothing is stored), so that without the
+	// policy each fails on its own.
+	cluster.WaitFor(t, 30*time.Second, "the configurations policy to be enforced", func() (bool, error) {
+		return refused(updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) { attacker(&m.Webhooks[0].ClientConfig) }, true)), nil
+	})
+
+	t.Run("the rotator sets the caBundle", func(t *testing.T) {
+		rotator, err := certs.New(certs.Config{Client: asWebhook, Namespace: namespace, SecretName: webhookName + "-certs", WebhookConfiguration: webhookName,
+			Hosts: []string{webhookName + "." + namespace + ".svc"}, CertLifetime: time.Hour, CALifetime: 24 * time.Hour, CheckInterval: time.Minute,
+			Logger: testr.New(t)})
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if _, err := rotator.Reconcile(ctx); err != nil {
+			t.Fatalf("reconcile with the webhook's credentials: %v", err)
+		}
+		if err := rotator.Ready(nil); err != nil {
+			t.Errorf("not ready: %v", err)
+		}
+		m, err := in.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if len(m.Webhooks[0].ClientConfig.CABundle) == 0 {
+			t.Error("no caBundle set")
+		}
+	})
+
+	for _, tc := range []struct {
+		name string
+		do   func() error
+	}{
+		{"mutating: a URL instead of the Service", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) { attacker(&m.Webhooks[0].ClientConfig) }, true)
+		}},
+		{"validating: a URL instead of the Service", func() error {
+			return updateValidating(func(v *admissionregistrationv1.ValidatingWebhookConfiguration) { attacker(&v.Webhooks[0].ClientConfig) }, true)
+		}},
+		{"mutating: another Service port", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+				m.Webhooks[0].ClientConfig.Service.Port = ptr.To[int32](8443)
+			}, true)
+		}},
+		{"mutating: rules */*", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) { m.Webhooks[0].Rules = everything }, true)
+		}},
+		{"validating: rules */*", func() error {
+			return updateValidating(func(v *admissionregistrationv1.ValidatingWebhookConfiguration) { v.Webhooks[0].Rules = everything }, true)
+		}},
+		{"mutating: matchConditions dropped", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) { m.Webhooks[0].MatchConditions = nil }, true)
+		}},
+		{"mutating: no namespaceSelector", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+				m.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{}
+			}, true)
+		}},
+		{"mutating: failurePolicy Ignore", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+				m.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+			}, true)
+		}},
+		{"mutating: reinvocationPolicy", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+				m.Webhooks[0].ReinvocationPolicy = ptr.To(admissionregistrationv1.NeverReinvocationPolicy)
+			}, true)
+		}},
+		{"validating: timeoutSeconds", func() error {
+			return updateValidating(func(v *admissionregistrationv1.ValidatingWebhookConfiguration) {
+				v.Webhooks[0].TimeoutSeconds = ptr.To[int32](29)
+			}, true)
+		}},
+		{"mutating: another webhook", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+				extra := *m.Webhooks[0].DeepCopy()
+				extra.Name = "extra.attacker.example.com"
+				attacker(&extra.ClientConfig)
+				extra.Rules = everything
+				m.Webhooks = append(m.Webhooks, extra)
+			}, true)
+		}},
+		{"validating: a webhook removed", func() error {
+			return updateValidating(func(v *admissionregistrationv1.ValidatingWebhookConfiguration) { v.Webhooks = v.Webhooks[1:] }, true)
+		}},
+		{"mutating: a label", func() error {
+			return updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) { m.Labels["attacker"] = "x" }, true)
+		}},
+		{"validating: an ownerReference", func() error {
+			return updateValidating(func(v *admissionregistrationv1.ValidatingWebhookConfiguration) {
+				v.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "00000000-0000-0000-0000-000000000001"}}
+			}, true)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.do(); !refused(err) {
+				t.Errorf("err = %v, want a refusal by the configurations policy", err)
+			}
+		})
+	}
+	t.Run("caBundle alone, both configurations", func(t *testing.T) {
+		bundle := []byte("another bundle")
+		if err := updateMutating(func(m *admissionregistrationv1.MutatingWebhookConfiguration) {
+			for i := range m.Webhooks {
+				m.Webhooks[i].ClientConfig.CABundle = bundle
+			}
+		}, false); err != nil {
+			t.Errorf("mutating: %v", err)
+		}
+		if err := updateValidating(func(v *admissionregistrationv1.ValidatingWebhookConfiguration) {
+			for i := range v.Webhooks {
+				v.Webhooks[i].ClientConfig.CABundle = bundle
+			}
+		}, false); err != nil {
+			t.Errorf("validating: %v", err)
+		}
+	})
+	t.Run("admin is not restricted", func(t *testing.T) {
+		m, err := in.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		m.Webhooks[0].TimeoutSeconds = ptr.To[int32](7)
+		if _, err := in.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
 }
