@@ -700,3 +700,103 @@ func TestWebhookConfigurationsPolicy(t *testing.T) {
 		}
 	})
 }
+
+// TestWebhookSecretPolicy: with the webhook's own credentials, its certificate Secret cannot be handed
+// to the garbage collector (an ownerReference to a missing owner) or held (a finalizer), and once it
+// is gone the same name cannot come back as a Secret of another type — a
+// kubernetes.io/service-account-token Secret naming the scheduler's ServiceAccount would have the token
+// controller mint a long-lived token for that account.
+func TestWebhookSecretPolicy(t *testing.T) {
+	in := installChart(t, nil)
+	ctx := context.Background()
+	admin := in.c.Client
+	asWebhook := in.as(t, webhookName)
+	secretName := webhookName + "-certs"
+	refused := func(err error) bool {
+		return err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), webhookName+"-certs")
+	}
+	update := func(change func(*corev1.Secret), dryRun bool) error {
+		s, err := asWebhook.CoreV1().Secrets(namespace).Get(ctx, secretName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(s)
+		opts := metav1.UpdateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = asWebhook.CoreV1().Secrets(namespace).Update(ctx, s, opts)
+		return err
+	}
+	ownerRef := func(s *corev1.Secret) {
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "00000000-0000-0000-0000-000000000001"}}
+	}
+	finalizer := func(s *corev1.Secret) { s.Finalizers = []string{"example.com/hold"} }
+	// The API server enforces a policy once its informer has it: dry runs until the first refusal (of
+	// another name, which the policy refused before it checked types and owners too).
+	cluster.WaitFor(t, 30*time.Second, "the certificates policy to be enforced", func() (bool, error) {
+		other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-the-webhooks", Namespace: namespace}}
+		_, err := asWebhook.CoreV1().Secrets(namespace).Create(ctx, other, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return refused(err), nil
+	})
+	t.Run("its own data", func(t *testing.T) {
+		if err := update(func(s *corev1.Secret) { s.Data = map[string][]byte{"ca.crt": []byte("x")} }, false); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	t.Run("an ownerReference", func(t *testing.T) {
+		if err := update(ownerRef, false); !refused(err) {
+			t.Errorf("err = %v, want a refusal by the certificates policy", err)
+		}
+	})
+	t.Run("a finalizer", func(t *testing.T) {
+		if err := update(finalizer, false); !refused(err) {
+			t.Errorf("err = %v, want a refusal by the certificates policy", err)
+		}
+	})
+
+	// The Secret is gone (deleted, or collected by the garbage collector). Whatever the cases above
+	// left on it (without the policy: a finalizer) goes first, so that it is gone at once.
+	s, err := admin.CoreV1().Secrets(namespace).Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	s.OwnerReferences, s.Finalizers = nil, nil
+	if _, err := admin.CoreV1().Secrets(namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := admin.CoreV1().Secrets(namespace).Delete(ctx, secretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("%v", err)
+	}
+	create := func(s *corev1.Secret) error {
+		s.Name, s.Namespace = secretName, namespace
+		_, err := asWebhook.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	for _, tc := range []struct {
+		name    string
+		secret  *corev1.Secret
+		allowed bool
+	}{
+		{"a service-account token of the scheduler's account", &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{corev1.ServiceAccountNameKey: schedulerName}},
+			Type:       corev1.SecretTypeServiceAccountToken,
+		}, false},
+		{"a TLS Secret", &corev1.Secret{Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: []byte("c"), corev1.TLSPrivateKeyKey: []byte("k")}}, false},
+		{"Opaque with an ownerReference", func() *corev1.Secret { s := &corev1.Secret{}; ownerRef(s); return s }(), false},
+		{"Opaque with a finalizer", func() *corev1.Secret { s := &corev1.Secret{}; finalizer(s); return s }(), false},
+		{"Opaque", &corev1.Secret{Type: corev1.SecretTypeOpaque}, true},
+		{"no type (Opaque by default)", &corev1.Secret{}, true},
+	} {
+		t.Run("re-created as "+tc.name, func(t *testing.T) {
+			err := create(tc.secret)
+			if tc.allowed && err != nil {
+				t.Errorf("refused: %v", err)
+			}
+			if !tc.allowed && !refused(err) {
+				t.Errorf("err = %v, want a refusal by the certificates policy", err)
+			}
+		})
+	}
+}
