@@ -61,6 +61,7 @@ func TestREADMEMessages(t *testing.T) {
 		{newPod(containers(withEnvFrom(ctr("main"), "NVIDIA_", "settings"))), cards},
 		{newPod(containers(ctr("train", "nvidia.com/gpu", "1", "cardinal.io/host", "0"))), cards},
 		{newPod(nodeName("gpu-1"), annotated(corev1.MirrorPodAnnotationKey, "a1"), main("nvidia.com/gpu", "1")), cards},
+		{newPod(annotated("nvidia.com/use-gputype", "A100\x1b[2K"), main("nvidia.com/gpu", "1")), cards},
 	} {
 		add(r.ValidateCreate(c.pod, c.cards, tenant))
 	}
@@ -81,8 +82,8 @@ func TestREADMEMessages(t *testing.T) {
 	forged := &corev1.Binding{}
 	forged.Annotations = map[string]string{annotations.GPUAssignment: "{}"}
 	add(nil, r.ValidateBinding(forged, nil, "system:serviceaccount:team:volcano"))
-	if len(messages) != 27 {
-		t.Fatalf("got %d messages, want 27: %q", len(messages), messages)
+	if len(messages) != 28 {
+		t.Fatalf("got %d messages, want 28: %q", len(messages), messages)
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {
