@@ -66,10 +66,10 @@ func (o *Options) Explain(ctx context.Context, e ExplainOptions) error {
 	key := pod.Namespace + "/" + pod.Name
 	p, err := scheduler.PreparePod(d, o.Names, pod)
 	if err != nil {
-		return fmt.Errorf("pod %s: %w", key, err)
+		return fmt.Errorf("pod %s: %w", cell(key), err)
 	}
 	if p == nil {
-		return fmt.Errorf("pod %s requests no GPUs (no %s, %s or MIG instances): Cardinal does not place it", key, o.Names.GPU, o.Names.Mem)
+		return fmt.Errorf("pod %s requests no GPUs (no %s, %s or MIG instances): Cardinal does not place it", cell(key), o.Names.GPU, o.Names.Mem)
 	}
 	c, err := o.load(ctx, pod.UID)
 	if err != nil {
