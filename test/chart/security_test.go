@@ -122,6 +122,19 @@ func TestREADMESecurityModelListsEveryGrant(t *testing.T) {
 	if len(rendered) < 15 {
 		t.Errorf("the chart renders %d grants; the walk over its roles is broken", len(rendered))
 	}
+	// Other settings grant less, never something the table does not list.
+	for name, values := range map[string]map[string]any{
+		"helm certificates":         {"webhook": map[string]any{"certificates": map[string]any{"mode": "helm"}}},
+		"cert-manager certificates": {"webhook": map[string]any{"certificates": map[string]any{"mode": "cert-manager"}}},
+		"mps sharing":               {"devicePlugin": map[string]any{"sharing": map[string]any{"mode": "mps"}}},
+		"two scheduler replicas":    {"scheduler": map[string]any{"replicas": 2}},
+	} {
+		for _, g := range grants(t, render(t, values)) {
+			if !slices.Contains(listed, g) {
+				t.Errorf("with %s the chart grants what the README's security table does not list: %s", name, g)
+			}
+		}
+	}
 }
 
 // TestNamespacePodSecurity: with namespace.create the chart renders its namespace labelled for a Pod
