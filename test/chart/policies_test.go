@@ -11,14 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/cardinal-gpu/cardinal/pkg/webhook/certs"
 	"github.com/cardinal-gpu/cardinal/test/cluster"
 )
 
-// The chart's ValidatingAdmissionPolicies that narrow the webhook's own credentials, run on a real
-// API server with a token of its ServiceAccount.
+// What the accounts' own tokens may do on a real API server: the chart's ValidatingAdmissionPolicies
+// that narrow the webhook's credentials, and the scheduler's pod writes.
 
 // TestWebhookConfigurationsPolicy: with the webhook's own credentials (RBAC grants update on its two
 // configurations), the certificate rotator sets their caBundle, and every other change to them is
@@ -291,5 +292,38 @@ func TestWebhookSecretPolicy(t *testing.T) {
 				t.Errorf("err = %v, want a refusal by the certificates policy", err)
 			}
 		})
+	}
+}
+
+// TestSchedulerCannotRewritePods: with the scheduler's own token, a kube-system pod's image cannot be
+// replaced (the extender no longer holds pods patch; kube-scheduler's role writes only status), while
+// what kube-scheduler does to pods still works: bind one, write its status.
+func TestSchedulerCannotRewritePods(t *testing.T) {
+	in := installChart(t, nil)
+	ctx := context.Background()
+	in.c.AddNode(t, cluster.NodeSpec{Name: "node-a"})
+	for _, ns := range []string{"kube-system", "default"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+		if _, err := in.c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%v", err)
+		}
+	}
+	asScheduler := in.as(t, schedulerName)
+	image := []byte(`{"spec":{"containers":[{"name":"c","image":"attacker.example.com/pause"}]}}`)
+	if _, err := asScheduler.CoreV1().Pods("kube-system").Patch(ctx, "victim", types.StrategicMergePatchType, image, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("replacing a kube-system pod's image as the scheduler: %v, want forbidden", err)
+	}
+	annotate := []byte(`{"metadata":{"annotations":{"cardinal.io/gpu-assignment":"{}"}}}`)
+	if _, err := asScheduler.CoreV1().Pods("default").Patch(ctx, "victim", types.MergePatchType, annotate, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("annotating a pod as the scheduler: %v, want forbidden (the assignment travels on the Binding)", err)
+	}
+	condition := []byte(`{"status":{"conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable"}]}}`)
+	if _, err := asScheduler.CoreV1().Pods("default").Patch(ctx, "victim", types.StrategicMergePatchType, condition, metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("kube-scheduler's status write: %v", err)
+	}
+	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-a"}}
+	if err := asScheduler.CoreV1().Pods("default").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+		t.Errorf("binding as the scheduler: %v", err)
 	}
 }
