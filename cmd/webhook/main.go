@@ -46,8 +46,9 @@ them).
 Certificates: with --cert-secret the webhook manages its own. It keeps a CA and a serving certificate
 for --cert-hosts in that Secret, serves the certificate from memory, and sets the CA bundle on both
 configurations named --webhook-configuration. The serving certificate is renewed at 2/3 of
---cert-lifetime. A new CA joins the bundle at half of --ca-lifetime and signs from 2/3 on. Old CAs stay
-trusted until they expire. Replicas share the Secret and update it optimistically, so they never
+--cert-lifetime. A new CA joins the bundle at half of --ca-lifetime and signs from 2/3 on. A CA that
+signs no more stays trusted one --cert-lifetime (what it signed may still be served), then leaves the
+bundle. Replicas share the Secret and update it optimistically, so they never
 fight. Without --cert-secret it serves tls.crt and tls.key from --cert-dir (cert-manager, or a
 certificate from the chart), reloaded when they change.
 

@@ -3,8 +3,10 @@ package annotations
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +32,11 @@ func checkKey(t *testing.T, err error, prefixes ...string) {
 			t.Fatalf("error line %q starts with none of %q", line, prefixes)
 		}
 	}
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, IsControl)
 }
 
 func seedRecords(f *testing.F, samples ...string) {
@@ -223,6 +230,8 @@ func FuzzParseSelector(f *testing.F) {
 	f.Add(uint8(0x03), "T4", "t4", "", "", "", "", "")
 	f.Add(uint8(0x70), "", "", "", "", " TRUE ", "FRAG-AWARE", "Spread")
 	f.Add(uint8(0x01), "İ,i̇", "", "", "", "", "", "")
+	f.Add(uint8(0x7f), "A100\x1b]8;;https://x\x07H100", "T4\r", "GPU-1\u009b", "\x7f", "true\x00", "spread\n", "\tbinpack")
+	f.Add(uint8(0x0f), "\xff", "a\x9bb", "GPU-\xc3", "GPU-1,\x1b[2K", "", "", "")
 	f.Fuzz(func(t *testing.T, present uint8, useT, nouseT, useU, nouseU, numa, nodeP, gpuP string) {
 		keys := []string{UseGPUType, NoUseGPUType, UseGPUUUID, NoUseGPUUUID, NUMABind, NodePolicy, GPUPolicy}
 		values := []string{useT, nouseT, useU, nouseU, numa, nodeP, gpuP}
@@ -239,7 +248,19 @@ func FuzzParseSelector(f *testing.F) {
 				prefixes[i] = k + ": "
 			}
 			checkKey(t, err, prefixes...)
+			// Messages reach terminals (kubectl, logs): every line is printable text.
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !printable(line) {
+					t.Fatalf("error line %q holds a control character or invalid UTF-8", line)
+				}
+			}
 			return
+		}
+		// What parses is printable: nothing a terminal would act on reaches a table or a log.
+		for _, v := range slices.Concat(s.UseTypes, s.NoUseTypes, s.UseUUIDs, s.NoUseUUIDs, []string{string(s.NodePolicy), string(s.GPUPolicy)}) {
+			if !printable(v) {
+				t.Fatalf("parsed entry %q holds a control character or invalid UTF-8", v)
+			}
 		}
 		// CheckLower agrees with Check on any card (here: the raw values as model and UUID).
 		for _, card := range [][2]string{{useT, useU}, {nouseT, nouseU}, {strings.ToUpper(useT), useU}} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Selector is what a pod's annotations say about the cards it may get and how to place it.
@@ -63,8 +64,23 @@ func (m Mismatch) Key() string {
 func ParseSelector(ann map[string]string) (Selector, error) {
 	var s Selector
 	var errs []error
-	list := func(key string, lower bool) []string {
+	// A value holding a control character or invalid UTF-8 is refused whole, before anything parses
+	// it: selectors name card models, UUIDs and policies, printable text every tool can show.
+	unprintable := map[string]bool{}
+	for _, key := range UserKeys {
+		if v, ok := ann[key]; ok {
+			if err := checkPrintable(key, v); err != nil {
+				errs = append(errs, err)
+				unprintable[key] = true
+			}
+		}
+	}
+	present := func(key string) (string, bool) {
 		v, ok := ann[key]
+		return v, ok && !unprintable[key]
+	}
+	list := func(key string, lower bool) []string {
+		v, ok := present(key)
 		if !ok {
 			return nil
 		}
@@ -80,7 +96,7 @@ func ParseSelector(ann map[string]string) (Selector, error) {
 	s.NoUseUUIDs = list(NoUseGPUUUID, false)
 	errs = append(errs, overlap(NoUseGPUUUID, s.NoUseUUIDs, UseGPUUUID, s.UseUUIDs)...)
 	errs = append(errs, overlap(NoUseGPUType, s.NoUseTypes, UseGPUType, s.UseTypes)...)
-	if v, ok := ann[NUMABind]; ok {
+	if v, ok := present(NUMABind); ok {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "true":
 			s.NUMABind = true
@@ -89,24 +105,45 @@ func ParseSelector(ann map[string]string) (Selector, error) {
 			errs = append(errs, errorf(NUMABind, "%q is not true or false", v))
 		}
 	}
-	if v, ok := ann[GPULink]; ok {
+	if v, ok := present(GPULink); ok {
 		l, err := parseLink(v)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		s.Link = l
 	}
-	if v, ok := ann[NodePolicy]; ok {
+	if v, ok := present(NodePolicy); ok {
 		p, err := ParsePolicy(NodePolicy, v)
 		errs = append(errs, err)
 		s.NodePolicy = p
 	}
-	if v, ok := ann[GPUPolicy]; ok {
+	if v, ok := present(GPUPolicy); ok {
 		p, err := ParsePolicy(GPUPolicy, v)
 		errs = append(errs, err)
 		s.GPUPolicy = p
 	}
 	return s, errors.Join(errs...)
+}
+
+// IsControl reports whether r is a control character: C0 (U+0000 to U+001F: ESC starts a terminal's
+// escape sequences, BEL rings, CR and LF rewrite lines), DEL (U+007F) or C1 (U+0080 to U+009F, CSI
+// and OSC among them).
+func IsControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
+
+// checkPrintable refuses a value of key that is not valid UTF-8 or holds a control character, naming
+// the first one and its 1-based position (in characters).
+func checkPrintable(key, value string) error {
+	if !utf8.ValidString(value) {
+		return errorf(key, "%s is not valid UTF-8 text", clip(value))
+	}
+	pos := 0
+	for _, r := range value {
+		pos++
+		if IsControl(r) {
+			return errorf(key, "control character %U at position %d in %s: a selector holds printable text only", r, pos, clip(value))
+		}
+	}
+	return nil
 }
 
 // MaxListEntries bounds the comma lists of use/nouse-gputype and use/nouse-gpuuuid: the scheduler

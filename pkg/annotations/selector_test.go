@@ -195,6 +195,43 @@ func TestParseSelector(t *testing.T) {
 				`cardinal.io/gpu-policy: unknown policy "y" (known: binpack, spread, frag-aware)`,
 		},
 		{
+			// An OSC 8 hyperlink, then a carriage return that would let a table row be rewritten.
+			name:    "an escape sequence in use-gputype is refused, quoted",
+			ann:     map[string]string{UseGPUType: "A100\x1b]8;;https://evil.example\x07H100\x1b]8;;\x07"},
+			wantErr: `nvidia.com/use-gputype: control character U+001B at position 5 in "A100\x1b]8;;https://evil.example\aH100\x1b]8;;\a": a selector holds printable text only`,
+		},
+		{
+			name: "every control character is refused in every selector key, each named",
+			ann: map[string]string{
+				UseGPUType:   "A100\a",
+				NoUseGPUType: "T4\r",
+				UseGPUUUID:   "GPU-1\x7f",
+				NoUseGPUUUID: "GPU-2\u009b2J",
+				NUMABind:     "true\x00",
+				NodePolicy:   "spread\n",
+				GPUPolicy:    "\tbinpack",
+				GPULink:      "nvlink\x1b[2K",
+			},
+			wantErr: `nvidia.com/use-gputype: control character U+0007 at position 5 in "A100\a": a selector holds printable text only` + "\n" +
+				`nvidia.com/nouse-gputype: control character U+000D at position 3 in "T4\r": a selector holds printable text only` + "\n" +
+				`nvidia.com/use-gpuuuid: control character U+007F at position 6 in "GPU-1\x7f": a selector holds printable text only` + "\n" +
+				`nvidia.com/nouse-gpuuuid: control character U+009B at position 6 in "GPU-2\u009b2J": a selector holds printable text only` + "\n" +
+				`nvidia.com/numa-bind: control character U+0000 at position 5 in "true\x00": a selector holds printable text only` + "\n" +
+				`cardinal.io/node-policy: control character U+000A at position 7 in "spread\n": a selector holds printable text only` + "\n" +
+				`cardinal.io/gpu-policy: control character U+0009 at position 1 in "\tbinpack": a selector holds printable text only` + "\n" +
+				`cardinal.io/gpu-link: control character U+001B at position 7 in "nvlink\x1b[2K": a selector holds printable text only`,
+		},
+		{
+			name:    "invalid UTF-8 is refused",
+			ann:     map[string]string{UseGPUType: "A100\x9b2J"},
+			wantErr: `nvidia.com/use-gputype: "A100\x9b2J" is not valid UTF-8 text`,
+		},
+		{
+			name: "printable text beyond ASCII is kept",
+			ann:  map[string]string{UseGPUType: "Ä100,RTX™"},
+			want: Selector{UseTypes: []string{"ä100", "rtx™"}},
+		},
+		{
 			name: "everything at once",
 			ann: map[string]string{
 				UseGPUType:   "A100",

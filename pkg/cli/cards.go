@@ -113,7 +113,7 @@ func (o *Options) Cards(ctx context.Context, nodeName string) error {
 		if r.MIGMode != "" {
 			state = "mig " + r.MIGMode
 		}
-		head := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d%%", name, r.UUID, r.Model, r.NUMA, mib(r.MemoryMiB), state,
+		head := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d%%", cell(name), cell(r.UUID), cell(r.Model), r.NUMA, mib(r.MemoryMiB), cell(state),
 			mib(r.HeldMemoryMiB), r.HeldCores)
 		if len(r.Holders) == 0 {
 			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\n", head)
@@ -129,7 +129,7 @@ func (o *Options) Cards(ctx context.Context, nodeName string) error {
 			if h.MemoryMiB > 0 || h.Cores > 0 {
 				mem, cores = mib(h.MemoryMiB), strconv.Itoa(h.Cores)+"%"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", head, h.Pod, h.Container, h.Device, mem, cores)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", head, cell(h.Pod), cell(h.Container), cell(h.Device), mem, cores)
 		}
 	}
 	return w.Flush()

@@ -433,3 +433,63 @@ func TestBadInventory(t *testing.T) {
 		t.Errorf("cards gpu-x: exit %d, stderr %q, want 1 and the node and key named", code, errOut)
 	}
 }
+
+// TestTablesEscapeControlCharacters: what other accounts wrote (a node's inventory, a pod's records,
+// a manifest given to -f) reaches every table quoted when it holds a control character: an OSC 8
+// link, a line erase and a carriage return print as \x1b, \r, never act on the terminal. A selector
+// holding one is refused with the value quoted.
+func TestTablesEscapeControlCharacters(t *testing.T) {
+	const (
+		model = "NVIDIA A40\x1b]8;;https://evil.example\x07click\x1b]8;;\x07"
+		ctr   = "main\r\x1b[2K"
+	)
+	e := &annotations.Inventory{GPUs: []annotations.GPU{
+		{UUID: "GPU-e0", Index: 0, Model: model, MemoryMiB: 46068, Healthy: true, Shares: 1},
+		{UUID: "GPU-e1", Index: 1, Model: model, MemoryMiB: 46068, Healthy: true, Shares: 1},
+	}}
+	objs := append(fixture(t), node(t, "gpu-e", e),
+		holder(t, "ml", "held", "gpu-e", ctr, annotations.DeviceAssignment{UUID: "GPU-e0", ID: "GPU-e0", MemoryMiB: 46068, Cores: 100}))
+	pod := gpuPod("escape\x1b[31m", "A40")
+	pod.UID, pod.Namespace = "", ""
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "pod.json")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// raw reports a character a terminal would act on: C0 but the newline, DEL, C1.
+	raw2 := func(s string) bool {
+		return strings.ContainsFunc(s, func(r rune) bool { return r != '\n' && annotations.IsControl(r) })
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string // quoted as Go quotes
+	}{
+		{[]string{"nodes"}, []string{`2x NVIDIA A40\x1b]8;;https://evil.example\aclick\x1b]8;;\a"`}},
+		{[]string{"cards", "gpu-e"}, []string{`"NVIDIA A40\x1b]8;;https://evil.example\aclick\x1b]8;;\a"`, `"main\r\x1b[2K"`}},
+		{[]string{"explain", "-f", path}, []string{`Pod "default/escape\x1b[31m" would go to`}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := runCmd(t, objs, tc.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if raw2(out) {
+				t.Errorf("the output holds a raw control character:\n%q", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %s:\n%s", w, out)
+				}
+			}
+		})
+	}
+	t.Run("a selector holding one is refused, quoted", func(t *testing.T) {
+		_, errOut, code := runCmd(t, append(objs, gpuPod("bell", "A40\a")), "explain", "bell", "-n", "ml")
+		if code == 0 || raw2(errOut) || !strings.Contains(errOut, `nvidia.com/use-gputype: control character U+0007 at position 4 in "A40\a"`) {
+			t.Errorf("exit %d, stderr %q; want a refusal quoting the value", code, errOut)
+		}
+	})
+}

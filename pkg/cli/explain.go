@@ -66,10 +66,10 @@ func (o *Options) Explain(ctx context.Context, e ExplainOptions) error {
 	key := pod.Namespace + "/" + pod.Name
 	p, err := scheduler.PreparePod(d, o.Names, pod)
 	if err != nil {
-		return fmt.Errorf("pod %s: %w", key, err)
+		return fmt.Errorf("pod %s: %w", cell(key), err)
 	}
 	if p == nil {
-		return fmt.Errorf("pod %s requests no GPUs (no %s, %s or MIG instances): Cardinal does not place it", key, o.Names.GPU, o.Names.Mem)
+		return fmt.Errorf("pod %s requests no GPUs (no %s, %s or MIG instances): Cardinal does not place it", cell(key), o.Names.GPU, o.Names.Mem)
 	}
 	c, err := o.load(ctx, pod.UID)
 	if err != nil {
@@ -119,15 +119,15 @@ func explain(c *cluster, pod *corev1.Pod, p *core.Pod) Explanation {
 
 func printExplanation(o *Options, x Explanation) error {
 	if x.Node == "" {
-		fmt.Fprintf(o.Out, "Pod %s fits on no node now (node policy %s, gpu policy %s).\n", x.Pod, x.NodePolicy, x.GPUPolicy)
+		fmt.Fprintf(o.Out, "Pod %s fits on no node now (node policy %s, gpu policy %s).\n", cell(x.Pod), cell(x.NodePolicy), cell(x.GPUPolicy))
 	} else {
-		fmt.Fprintf(o.Out, "Pod %s would go to %s (node policy %s, gpu policy %s).\n", x.Pod, x.Node, x.NodePolicy, x.GPUPolicy)
+		fmt.Fprintf(o.Out, "Pod %s would go to %s (node policy %s, gpu policy %s).\n", cell(x.Pod), cell(x.Node), cell(x.NodePolicy), cell(x.GPUPolicy))
 		for _, ca := range x.Devices {
 			ids := make([]string, len(ca.Devices))
 			for i, d := range ca.Devices {
-				ids[i] = d.ID
+				ids[i] = cell(d.ID)
 			}
-			fmt.Fprintf(o.Out, "  container %s: %s\n", ca.Name, strings.Join(ids, ", "))
+			fmt.Fprintf(o.Out, "  container %s: %s\n", cell(ca.Name), strings.Join(ids, ", "))
 		}
 	}
 	fmt.Fprintln(o.Out)
@@ -135,9 +135,9 @@ func printExplanation(o *Options, x Explanation) error {
 	fmt.Fprintln(w, "NODE\tFITS\tSCORE\tWHY NOT")
 	for _, n := range x.Nodes {
 		if n.Fits {
-			fmt.Fprintf(w, "%s\tyes\t%.3f\t-\n", n.Name, n.Score)
+			fmt.Fprintf(w, "%s\tyes\t%.3f\t-\n", cell(n.Name), n.Score)
 		} else {
-			fmt.Fprintf(w, "%s\tno\t-\t%s\n", n.Name, n.Reason)
+			fmt.Fprintf(w, "%s\tno\t-\t%s\n", cell(n.Name), cell(n.Reason))
 		}
 	}
 	return w.Flush()

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 // FuzzDecodePod: a pod manifest from -f never panics the decoder; an error names the file, and a
@@ -26,6 +29,26 @@ func FuzzDecodePod(f *testing.F) {
 		}
 		if pod == nil || pod.Namespace == "" {
 			t.Fatalf("decoded %v without a namespace", pod)
+		}
+	})
+}
+
+// FuzzCell: whatever a table cell is given, it prints no character a terminal acts on (nor a tab,
+// the column separator); printable text is shown as it is, anything else quoted so that it reads back.
+func FuzzCell(f *testing.F) {
+	for _, s := range []string{"", "NVIDIA A40", "A40\x1b]8;;https://x\x07y", "a\rb", "\t", "\x7f", "\u009b2J", "\u202e", "\xff", "Ä™"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := cell(s)
+		if !utf8.ValidString(got) || strings.ContainsFunc(got, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			t.Fatalf("cell(%q) = %q holds an unprintable character", s, got)
+		}
+		if got == s {
+			return
+		}
+		if back, err := strconv.Unquote(got); err != nil || (utf8.ValidString(s) && back != s) {
+			t.Fatalf("cell(%q) = %q, which does not read back (%q, %v)", s, got, back, err)
 		}
 	})
 }

@@ -87,7 +87,7 @@ func (o *Options) Nodes(ctx context.Context) error {
 	fmt.Fprintln(w, "NODE\tMODELS\tCARDS\tFREE\tSLOTS FREE\tMEMORY FREE\tHEALTHY\tNUMA\tMIG FREE\tTOPOLOGY\tSHARING")
 	for _, r := range rows {
 		if r.Error != "" {
-			fmt.Fprintf(w, "%s\t<bad inventory: %s>\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", r.Name, r.Error)
+			fmt.Fprintf(w, "%s\t<bad inventory: %s>\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", cell(r.Name), cell(r.Error))
 			continue
 		}
 		mig := "-"
@@ -98,9 +98,9 @@ func (o *Options) Nodes(ctx context.Context) error {
 		if r.Memory != "" {
 			sharing += " (memory " + r.Memory + ", compute " + r.Compute + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%s/%s\t%d/%d\t%s\t%s\t%s\t%s\n", r.Name, r.Models, r.Cards, r.FreeWhole,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%s/%s\t%d/%d\t%s\t%s\t%s\t%s\n", cell(r.Name), cell(r.Models), r.Cards, r.FreeWhole,
 			r.FreeSlots, r.Slots, mib(r.FreeMemoryMiB), mib(r.MemoryMiB), r.Healthy, r.Healthy+r.Unhealthy,
-			ints(r.NUMA), mig, r.TopologyPolicy, sharing)
+			ints(r.NUMA), mig, cell(r.TopologyPolicy), cell(sharing))
 	}
 	return w.Flush()
 }

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,6 +10,12 @@ import (
 )
 
 // Builders for the pods and nodes the tests use.
+
+// tenant creates the pods of the tests; kubelet is node gpu-1's kubelet, as NodeRestriction knows it.
+var (
+	tenant  = authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}}
+	kubelet = authenticationv1.UserInfo{Username: "system:node:gpu-1", Groups: []string{"system:nodes", "system:authenticated"}}
+)
 
 func testRules() *Rules {
 	return &Rules{

@@ -85,14 +85,14 @@ func TestRouteCPUOnly(t *testing.T) {
 // and at a value other than 0 (through either webhook), naming the container and the resource.
 func TestHostMarkerRefused(t *testing.T) {
 	gpu := newPod(containers(ctr("train", "nvidia.com/gpu", "1", "cardinal.io/host", "0")))
-	_, err := testRules().ValidateCreate(gpu, nil)
+	_, err := testRules().ValidateCreate(gpu, nil, tenant)
 	want := &Denial{Reason: ReasonHostMarker, Details: []string{
 		`container "train": cardinal.io/host: is added only by Cardinal's webhook, to pods that ask for no GPU; a pod requesting nvidia.com/gpu goes to cardinal-scheduler without it: remove it`}}
 	if d, _ := IsDenial(err); !cmp.Equal(want, d) {
 		t.Errorf("GPU pod with the marker: %v, want %v", err, want)
 	}
 	// Another scheduler's GPU pod: the marker means nothing there.
-	if _, err := testRules().ValidateCreate(newPod(scheduler("volcano"), containers(ctr("train", "nvidia.com/gpu", "1", "cardinal.io/host", "0"))), nil); err != nil {
+	if _, err := testRules().ValidateCreate(newPod(scheduler("volcano"), containers(ctr("train", "nvidia.com/gpu", "1", "cardinal.io/host", "0"))), nil, tenant); err != nil {
 		t.Errorf("another scheduler's GPU pod with the marker: %v", err)
 	}
 

@@ -87,7 +87,7 @@ func TestValidateCreateDeviceEnv(t *testing.T) {
 	r := testRules()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := r.ValidateCreate(tt.pod, nil)
+			_, err := r.ValidateCreate(tt.pod, nil, tenant)
 			if tt.want == nil {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

@@ -74,7 +74,7 @@ func (h *Handler) create(req admission.Request) (admission.Response, Outcome, Re
 		original = pod.DeepCopy()
 	}
 	changed, warnings := h.rules.Default(pod)
-	more, err := h.rules.ValidateCreate(pod, h.cards.Cards())
+	more, err := h.rules.ValidateCreate(pod, h.cards.Cards(), req.UserInfo)
 	if err != nil {
 		return h.denied(err)
 	}

@@ -141,7 +141,7 @@ func TestDefaultMIG(t *testing.T) {
 			}
 			// What Default made passes the validation (the share aside), and is the same request.
 			if tt.want != nil && !hasResource(&pod.Spec.Containers[0], "nvidia.com/gpumem") {
-				if _, err := testRules().ValidateCreate(pod, migCards()); (err != nil) != hasResource(&tt.pod.Spec.Containers[0], "nvidia.com/gpu") {
+				if _, err := testRules().ValidateCreate(pod, migCards(), tenant); (err != nil) != hasResource(&tt.pod.Spec.Containers[0], "nvidia.com/gpu") {
 					t.Errorf("ValidateCreate after Default: %v", err)
 				}
 			}
@@ -267,7 +267,7 @@ func TestValidateCreateMIG(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			warnings, err := testRules().ValidateCreate(tt.pod, tt.cards)
+			warnings, err := testRules().ValidateCreate(tt.pod, tt.cards, tenant)
 			var got *Denial
 			if err != nil {
 				d, ok := IsDenial(err)

@@ -60,8 +60,10 @@ func TestREADMEMessages(t *testing.T) {
 		{newPod(containers(withEnv(ctr("main"), "NVIDIA_VISIBLE_DEVICES"))), cards},
 		{newPod(containers(withEnvFrom(ctr("main"), "NVIDIA_", "settings"))), cards},
 		{newPod(containers(ctr("train", "nvidia.com/gpu", "1", "cardinal.io/host", "0"))), cards},
+		{newPod(nodeName("gpu-1"), annotated(corev1.MirrorPodAnnotationKey, "a1"), main("nvidia.com/gpu", "1")), cards},
+		{newPod(annotated("nvidia.com/use-gputype", "A100\x1b[2K"), main("nvidia.com/gpu", "1")), cards},
 	} {
-		add(r.ValidateCreate(c.pod, c.cards))
+		add(r.ValidateCreate(c.pod, c.cards, tenant))
 	}
 	for _, err := range r.hostMarkerRefusals(newPod(containers(ctr("web", "cardinal.io/host", "2")))) {
 		messages = append(messages, err.Error())
@@ -80,8 +82,8 @@ func TestREADMEMessages(t *testing.T) {
 	forged := &corev1.Binding{}
 	forged.Annotations = map[string]string{annotations.GPUAssignment: "{}"}
 	add(nil, r.ValidateBinding(forged, nil, "system:serviceaccount:team:volcano"))
-	if len(messages) != 26 {
-		t.Fatalf("got %d messages, want 26: %q", len(messages), messages)
+	if len(messages) != 28 {
+		t.Fatalf("got %d messages, want 28: %q", len(messages), messages)
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -29,6 +30,8 @@ const (
 	ReasonDeviceEnv Reason = "DeviceEnvironment"
 	// ReasonMemoryTooLarge: a container asks for more memory per card than any card Cardinal knows has.
 	ReasonMemoryTooLarge Reason = "MemoryLargerThanAnyCard"
+	// ReasonMirrorPod: a GPU pod marked as a mirror pod is created by someone other than a kubelet.
+	ReasonMirrorPod Reason = "ForgedMirrorPod"
 )
 
 // Denial is the error the validation returns when a pod must be refused. Details are complete
@@ -93,6 +96,13 @@ type Rules struct {
 // IsGPUPod reports whether any container, init containers included, names a managed resource.
 func (r *Rules) IsGPUPod(pod *corev1.Pod) bool {
 	return annotations.HasManagedResource(pod, r.Resources)
+}
+
+// isNode reports whether user is a kubelet, as the API server's NodeRestriction admission knows one:
+// the group system:nodes and a user name system:node:<node>.
+func isNode(user authenticationv1.UserInfo) bool {
+	return strings.HasPrefix(user.Username, "system:node:") && len(user.Username) > len("system:node:") &&
+		slices.Contains(user.Groups, "system:nodes")
 }
 
 // placedByCardinal reports whether Cardinal is (or is about to become) the pod's scheduler: it names
@@ -212,11 +222,11 @@ func (r *Rules) requested(pod *corev1.Pod) corev1.ResourceName {
 	return r.Resources.GPU
 }
 
-// ValidateCreate decides whether a pod being created (after Default) is admitted. A refusal is a
-// *Denial listing every problem found; warnings are for things that are allowed but will probably not
-// do what the user wants. cards is what Cardinal knows of the cluster; nil or empty means nothing, and
-// then no rule that needs cards applies.
-func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string, err error) {
+// ValidateCreate decides whether a pod being created (after Default) by user is admitted. A refusal is
+// a *Denial listing every problem found; warnings are for things that are allowed but will probably
+// not do what the user wants. cards is what Cardinal knows of the cluster; nil or empty means nothing,
+// and then no rule that needs cards applies.
+func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards, user authenticationv1.UserInfo) (warnings []string, err error) {
 	var ds denials
 	for _, k := range internalKeys(pod.Annotations) {
 		ds.add(ReasonInternalAnnotation, fmt.Errorf("metadata.annotations: %s is written only by Cardinal (its scheduler extender and device plugin); remove it from the pod", k))
@@ -227,9 +237,17 @@ func (r *Rules) ValidateCreate(pod *corev1.Pod, cards *Cards) (warnings []string
 	if !r.IsGPUPod(pod) {
 		return nil, ds.err()
 	}
+	// Only a kubelet creates mirror pods (of the static pods it runs); a mirror pod skips the rules
+	// below, and with spec.nodeName it would hold cards no scheduler counted until the kubelet
+	// deletes it.
+	_, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]
+	if mirror && !isNode(user) {
+		ds.add(ReasonMirrorPod, fmt.Errorf("metadata.annotations: %s marks a mirror pod, which only a kubelet creates (user system:node:<node>), not %q; remove it from the pod",
+			corev1.MirrorPodAnnotationKey, user.Username))
+	}
 	// A GPU pod created on a node skips every scheduler, and the device plugin would serve it cards no
 	// scheduler counted: refused whichever scheduler it names (a mirror pod is the kubelet's own).
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; !mirror && pod.Spec.NodeName != "" {
+	if !mirror && pod.Spec.NodeName != "" {
 		if r.placedByCardinal(pod) {
 			ds.add(ReasonNodeName, fmt.Errorf("spec.nodeName: %q is set, which would bypass card selection: a pod requesting %s is placed by %s, which picks its node and its cards; remove spec.nodeName and pin the node with spec.nodeSelector (%s: %s) instead",
 				pod.Spec.NodeName, r.requested(pod), r.SchedulerName, corev1.LabelHostname, pod.Spec.NodeName))

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -90,8 +91,9 @@ func TestDefault(t *testing.T) {
 func TestValidateCreate(t *testing.T) {
 	tests := []struct {
 		name         string
-		pod          *corev1.Pod // after Default
-		cards        *Cards      // nil: Cardinal knows no card
+		pod          *corev1.Pod               // after Default
+		cards        *Cards                    // nil: Cardinal knows no card
+		user         authenticationv1.UserInfo // who creates it; empty: a tenant
 		wantWarnings []string
 		wantDenial   *Denial
 	}{{
@@ -141,9 +143,31 @@ func TestValidateCreate(t *testing.T) {
 		pod:   newPod(scheduler("volcano"), nodeName("gpu-1"), containers(ctr("main", "cpu", "1"))),
 		cards: testCards(),
 	}, {
-		name:  "a mirror pod is left alone",
+		name:  "a kubelet's mirror pod is left alone",
 		pod:   oneGPU(nodeName("gpu-1"), annotated(corev1.MirrorPodAnnotationKey, "abc")),
 		cards: testCards(),
+		user:  kubelet,
+	}, {
+		name:  "a tenant's mirror pod on a node is refused",
+		pod:   oneGPU(nodeName("gpu-1"), annotated(corev1.MirrorPodAnnotationKey, "abc")),
+		cards: testCards(),
+		wantDenial: &Denial{Reason: ReasonMirrorPod, Details: []string{
+			`metadata.annotations: kubernetes.io/config.mirror marks a mirror pod, which only a kubelet creates (user system:node:<node>), not "alice"; remove it from the pod`,
+		}},
+	}, {
+		// NodeRestriction's identity needs both the name and the group.
+		name: "a node's user name without the system:nodes group is no kubelet",
+		pod:  oneGPU(nodeName("gpu-1"), annotated(corev1.MirrorPodAnnotationKey, "abc")),
+		user: authenticationv1.UserInfo{Username: "system:node:gpu-1", Groups: []string{"system:authenticated"}},
+		wantDenial: &Denial{Reason: ReasonMirrorPod, Details: []string{
+			`metadata.annotations: kubernetes.io/config.mirror marks a mirror pod, which only a kubelet creates (user system:node:<node>), not "system:node:gpu-1"; remove it from the pod`,
+		}},
+	}, {
+		name: "a tenant's mirror pod without a node is refused too",
+		pod:  oneGPU(annotated(corev1.MirrorPodAnnotationKey, "abc")),
+		wantDenial: &Denial{Reason: ReasonMirrorPod, Details: []string{
+			`metadata.annotations: kubernetes.io/config.mirror marks a mirror pod, which only a kubelet creates (user system:node:<node>), not "alice"; remove it from the pod`,
+		}},
 	}, {
 		name: "an empty entry in use-gputype",
 		pod:  oneGPU(scheduler("cardinal-scheduler"), annotated("nvidia.com/use-gputype", "A100,")),
@@ -252,7 +276,11 @@ func TestValidateCreate(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			warnings, err := testRules().ValidateCreate(tt.pod, tt.cards)
+			user := tt.user
+			if user.Username == "" {
+				user = tenant
+			}
+			warnings, err := testRules().ValidateCreate(tt.pod, tt.cards, user)
 			var got *Denial
 			if err != nil {
 				d, ok := IsDenial(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -127,10 +128,11 @@ func (h *WorkloadHandler) template(kind metav1.GroupVersionKind, raw runtime.Raw
 }
 
 // ValidateTemplate applies the pod rules to the pods a workload in namespace ns will create from
-// tmpl: they are defaulted as the pod webhook will default them, then validated as a CREATE.
+// tmpl: they are defaulted as the pod webhook will default them, then validated as a CREATE by a
+// controller (no kubelet: a template marked as a mirror pod is refused).
 func (r *Rules) ValidateTemplate(ns string, tmpl *corev1.PodTemplateSpec, cards *Cards) (warnings []string, err error) {
 	pod := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
 	pod.Namespace = ns
 	r.Default(pod)
-	return r.ValidateCreate(pod, cards)
+	return r.ValidateCreate(pod, cards, authenticationv1.UserInfo{})
 }

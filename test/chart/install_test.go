@@ -240,7 +240,9 @@ func checkAccess(t *testing.T, client kubernetes.Interface) {
 	ext, wh, dp := schedulerSA, "system:serviceaccount:"+namespace+":"+webhookName, devicePluginSA
 	for _, c := range []check{
 		{user: ext, verb: "create", res: "pods", sub: "binding", ns: "default", allowed: true},
-		{user: ext, verb: "patch", res: "pods", ns: "default", allowed: true},
+		{user: ext, verb: "patch", res: "pods", ns: "default", allowed: false}, // the assignment travels on the Binding
+		{user: ext, verb: "update", res: "pods", ns: "kube-system", allowed: false},
+		{user: ext, verb: "patch", res: "pods", sub: "status", ns: "default", allowed: true}, // system:kube-scheduler's own
 		{user: ext, verb: "watch", res: "nodes", allowed: true},
 		{user: ext, verb: "update", group: "coordination.k8s.io", res: "leases", ns: namespace, name: "cardinal-scheduler", allowed: true},
 		{user: ext, verb: "get", res: "configmaps", ns: "kube-system", name: "extension-apiserver-authentication", allowed: true},
@@ -282,6 +284,26 @@ func checkAccess(t *testing.T, client kubernetes.Interface) {
 		}
 		if got.Status.Allowed != c.allowed {
 			t.Errorf("%s: allowed = %v, want %v (%s)", name, got.Status.Allowed, c.allowed, got.Status.Reason)
+		}
+	}
+	// The scheduler's account writes pods only as kube-scheduler's own user (system:kube-scheduler,
+	// bound to the upstream role) may: every pod write it holds, that user holds too.
+	for _, sub := range []string{"", "status", "binding", "eviction", "ephemeralcontainers", "resize", "exec", "attach", "portforward", "proxy"} {
+		for _, verb := range []string{"create", "update", "patch", "delete", "deletecollection"} {
+			allowed := func(user string, groups ...string) bool {
+				sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: user, Groups: append(groups, "system:authenticated"),
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "pods", Subresource: sub, Namespace: "kube-system"},
+				}}
+				got, err := client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sar, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("%s %s pods/%s: %v", user, verb, sub, err)
+				}
+				return got.Status.Allowed
+			}
+			if allowed(ext, "system:serviceaccounts", "system:serviceaccounts:"+namespace) && !allowed("system:kube-scheduler") {
+				t.Errorf("the scheduler's account may %s pods/%s in kube-system; kube-scheduler's own role may not", verb, sub)
+			}
 		}
 	}
 }
@@ -435,6 +457,24 @@ func TestDevicePluginNodeRestriction(t *testing.T) {
 	}
 }
 
+// as returns a client with the credentials of the release's ServiceAccount sa: a token of it, not
+// impersonation, so that the API server authenticates the request as it would the pod's.
+func (in *installed) as(t *testing.T, sa string) kubernetes.Interface {
+	t.Helper()
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	tok, err := in.c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa, tr, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token request: %v", err)
+	}
+	cfg := rest.AnonymousClientConfig(in.c.RESTConfig)
+	cfg.BearerToken = tok.Status.Token
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return cs
+}
+
 // TestWebhookRecreatesItsSecret deletes the self-managed certificate Secret, then runs a fresh
 // replica's certificate reconciliation with the webhook's own credentials (a token of its
 // ServiceAccount, the chart's RBAC and policies): it creates the Secret again and becomes ready. The
@@ -447,17 +487,7 @@ func TestWebhookRecreatesItsSecret(t *testing.T) {
 	if err := admin.CoreV1().Secrets(namespace).Delete(ctx, secretName, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("%v", err)
 	}
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	tok, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, webhookName, tr, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token request: %v", err)
-	}
-	cfg := rest.AnonymousClientConfig(in.c.RESTConfig)
-	cfg.BearerToken = tok.Status.Token
-	asWebhook, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
+	asWebhook := in.as(t, webhookName)
 	rotator, err := certs.New(certs.Config{Client: asWebhook, Namespace: namespace, SecretName: secretName, WebhookConfiguration: webhookName,
 		Hosts: []string{webhookName + "." + namespace + ".svc"}, CertLifetime: time.Hour, CALifetime: 24 * time.Hour, CheckInterval: time.Minute,
 		Logger: testr.New(t)})

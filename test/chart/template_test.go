@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -630,7 +631,8 @@ func TestRBAC(t *testing.T) {
 	wantCluster := map[string][]rbacv1.PolicyRule{
 		schedulerName + "-extender": {
 			rule(core, []string{"nodes"}, []string{"get", "list", "watch"}),
-			rule(core, []string{"pods"}, []string{"get", "list", "watch", "patch"}),
+			// No pod write: the assignment travels on the Binding.
+			rule(core, []string{"pods"}, []string{"get", "list", "watch"}),
 			// --filter-shortlist: a pod a Service selects gets every fitting node.
 			rule(core, []string{"services"}, []string{"list", "watch"}),
 			// Preempt verb: victims whose eviction no budget forbids first.
@@ -715,6 +717,56 @@ func TestRBAC(t *testing.T) {
 				t.Errorf("binding %s: subject %+v is not a ServiceAccount of the release", b.name, s)
 			}
 		}
+	}
+}
+
+// TestConfigurationsPolicyComparesEveryField: the policy that leaves the webhook only the caBundle of
+// its configurations compares every other field of a webhook, of both kinds: a field a newer
+// k8s.io/api adds fails this test until the policy compares it too.
+func TestConfigurationsPolicyComparesEveryField(t *testing.T) {
+	r := render(t, nil)
+	policy := get[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, webhookName+"-configurations")
+	var cel strings.Builder
+	for _, v := range policy.Spec.Validations {
+		cel.WriteString(v.Expression + "\n")
+	}
+	jsonFields := func(v any) []string {
+		var out []string
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			out = append(out, strings.Split(typ.Field(i).Tag.Get("json"), ",")[0])
+		}
+		return out
+	}
+	compared := func(prefix, field string) {
+		if want := strings.ReplaceAll("w.PREFIX?FIELD == o.PREFIX?FIELD", "PREFIX", prefix); !strings.Contains(cel.String(), strings.ReplaceAll(want, "FIELD", field)) {
+			t.Errorf("the configurations policy does not compare %s%s", prefix, field)
+		}
+	}
+	for _, f := range slices.Concat(jsonFields(admissionregistrationv1.MutatingWebhook{}), jsonFields(admissionregistrationv1.ValidatingWebhook{})) {
+		switch f {
+		case "name": // the key the webhooks are matched by
+		case "clientConfig":
+			for _, c := range jsonFields(admissionregistrationv1.WebhookClientConfig{}) {
+				if c != "caBundle" {
+					compared("clientConfig.", c)
+				}
+			}
+		default:
+			compared("", f)
+		}
+	}
+	for _, f := range []string{"labels", "annotations", "ownerReferences", "finalizers"} {
+		if want := "object.metadata.?" + f + " == oldObject.metadata.?" + f; !strings.Contains(cel.String(), want) {
+			t.Errorf("the configurations policy does not compare metadata.%s", f)
+		}
+	}
+	if !r.has("ValidatingAdmissionPolicyBinding", webhookName+"-configurations") {
+		t.Error("the configurations policy is not bound")
+	}
+	// Without self-managed certificates the webhook has no write on its configurations, and no policy.
+	if r := render(t, map[string]any{"webhook": map[string]any{"certificates": map[string]any{"mode": "helm"}}}); r.has("ValidatingAdmissionPolicy", webhookName+"-configurations") {
+		t.Error("the configurations policy is rendered in helm mode")
 	}
 }
 

@@ -99,11 +99,73 @@ func TestPlanSteps(t *testing.T) {
 	if len(s.bundle) != 2 || !s.bundle[1].Equal(ca) {
 		t.Errorf("bundle of %d after promotion; want the new CA and the old one", len(s.bundle))
 	}
-	// The old CA leaves the bundle when it expires (30 days). (By then the new CA, made at 15 days,
-	// is half way through its own life and has announced its successor.)
-	s, why, _ = mustPlan(t, p, s, t0.Add(30*24*time.Hour+time.Second), trustAll)
+	// The old CA signed its last serving certificate before its retirement at 20 days; that one lives
+	// 3 days at most. The old CA stays until then, and is due to leave then: 23 days, not its own
+	// expiry at 30.
+	s, _, due := mustPlan(t, p, s, at20.Add(72*time.Hour-time.Minute), trustAll)
+	if !containsCert(s.bundle, ca) || !due.Equal(at20.Add(72*time.Hour)) {
+		t.Errorf("3 days after its retirement less a minute: the old CA in the bundle %v, due %s; want it there, due at %s",
+			containsCert(s.bundle, ca), due, at20.Add(72*time.Hour))
+	}
+	s, why, _ = mustPlan(t, p, s, at20.Add(72*time.Hour), trustAll)
 	if containsCert(s.bundle, ca) || !s.bundle[0].Equal(next) || !slices.Contains(why, "the trust bundle") {
-		t.Errorf("after the old CA expired: bundle of %d (%q); want it gone and the new CA first", len(s.bundle), why)
+		t.Errorf("3 days after its retirement: bundle of %d (%q); want the old CA gone and the new CA first", len(s.bundle), why)
+	}
+}
+
+// TestPlanResetsDoNotPileUpCAs: every reset of the Secret (emptied: deleted, helm upgrade --force, a
+// GitOps Replace) makes a new CA, and the CA it replaced stays trusted while a serving certificate it
+// signed may still be served: a certificate lifetime (3 days here), not the CA's own (30 days). Twenty
+// resets an hour apart trust 21 CAs for those 3 days, then only the current one; resets 4 days apart
+// never trust more than two. A replica that still serves the previous certificate is trusted while
+// that certificate is valid.
+func TestPlanResetsDoNotPileUpCAs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		every   time.Duration
+		maxCAs  int // the most CAs the bundle holds
+		lastCAs int // CAs the bundle holds 3 days after the last reset
+	}{
+		{"twenty resets an hour apart", time.Hour, 21, 1},
+		{"twenty resets 4 days apart", 4 * 24 * time.Hour, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy()
+			s, _, _ := mustPlan(t, p, decode(nil), t0, trustNone)
+			configured := s.bundle
+			trusted := func(c *x509.Certificate) bool { return containsCert(configured, c) }
+			most := len(configured)
+			now := t0
+			for range 20 {
+				now = now.Add(tc.every)
+				before := s
+				var err error
+				// The Secret comes back empty: only the configurations remember the CAs.
+				s, _, _, err = p.plan(decode(nil), now, trusted, configured)
+				if err != nil {
+					t.Fatal(err)
+				}
+				configured = s.bundle
+				most = max(most, len(configured))
+				if err := verifies(before.serving.cert, configured, now); now.Before(before.serving.cert.NotAfter) && err != nil {
+					t.Fatalf("at %s: the certificate a lagging replica serves is not trusted after the reset: %v", now, err)
+				}
+				// The replicas plan again from the Secret just written: nothing to do.
+				if _, why, _, err := p.plan(decode(s.encode()), now, trusted, configured); err != nil || len(why) != 0 {
+					t.Fatalf("at %s: a second plan does %q (%v), want nothing", now, why, err)
+				}
+			}
+			if most != tc.maxCAs {
+				t.Errorf("the bundle held at most %d CAs, want %d", most, tc.maxCAs)
+			}
+			s, _, _, err := p.plan(decode(s.encode()), now.Add(72*time.Hour), trusted, configured)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.bundle) != tc.lastCAs || !s.bundle[0].Equal(s.ca.cert) {
+				t.Errorf("3 days after the last reset the bundle holds %d CAs, want %d: the current one", len(s.bundle), tc.lastCAs)
+			}
+		})
 	}
 }
 
@@ -134,9 +196,9 @@ func TestPlanBrokenSecretStartsOver(t *testing.T) {
 
 // TestPlanEmptiedSecretKeepsConfiguredCAs: the Secret comes back empty (deleted and re-created, helm
 // upgrade --force, a GitOps Replace) while another replica still serves a certificate of the old CA.
-// The new bundle holds the new CA and every unexpired CA the configurations trust, so that replica
-// stays trusted until it reads the new Secret; an expired CA, and a certificate that is not a CA, are
-// dropped.
+// The new bundle holds the new CA and every unexpired CA the configurations trust (each may have
+// signed a certificate still served), so that replica stays trusted until it reads the new Secret;
+// an expired CA, and a certificate that is not a CA, are dropped.
 func TestPlanEmptiedSecretKeepsConfiguredCAs(t *testing.T) {
 	p := testPolicy()
 	old, _, _ := mustPlan(t, p, decode(nil), t0, trustNone)

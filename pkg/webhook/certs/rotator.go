@@ -13,8 +13,9 @@
 // Rotation never leaves a window in which the apiserver distrusts what a replica serves: a serving
 // certificate is renewed at 2/3 of its life under the same CA (the old one stays valid for the
 // replicas that have not read the Secret yet); a new CA is added to the bundle at half the old
-// CA's life and signs only from 2/3 on, once the configurations are seen to trust it; an old CA
-// leaves the bundle only when it, and so every certificate it signed, has expired.
+// CA's life and signs only from 2/3 on, once the configurations are seen to trust it; a CA that signs
+// no more leaves the bundle once every serving certificate it signed has expired (one certificate
+// lifetime after it stopped signing; plan).
 package certs
 
 import (

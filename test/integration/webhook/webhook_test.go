@@ -430,6 +430,10 @@ func TestWebhookInRealAPIServer(t *testing.T) {
 		pod:  pod("bad-type", map[string]string{annotations.UseGPUType: "A100,,H100"}, "nvidia.com/gpu", "1"),
 		want: `denied the request: nvidia.com/use-gputype: empty entry at position 2 in "A100,,H100"`,
 	}, {
+		name: "an escape sequence in use-gputype",
+		pod:  pod("escape-type", map[string]string{annotations.UseGPUType: "A100\x1b]8;;https://evil.example\x07x"}, "nvidia.com/gpu", "1"),
+		want: `denied the request: nvidia.com/use-gputype: control character U+001B at position 5 in "A100\x1b]8;;https://evil.example\ax": a selector holds printable text only`,
+	}, {
 		name: "a UUID in use and nouse",
 		pod:  pod("bad-uuid", map[string]string{annotations.UseGPUUUID: "GPU-a-0", annotations.NoUseGPUUUID: "GPU-a-0"}, "nvidia.com/gpu", "1"),
 		want: `denied the request: nvidia.com/nouse-gpuuuid: GPU-a-0 is also in nvidia.com/use-gpuuuid`,
