@@ -87,9 +87,7 @@ func benchAllocate(b *testing.B, n int, withPodResources bool) {
 				p.mu.Unlock()
 			}
 			b.StopTimer()
-			sort.Slice(durations, func(i, j int) bool { return durations[i] < durations[j] })
-			b.ReportMetric(float64(durations[len(durations)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds()), "p99-µs")
+			reportPercentiles(b, durations)
 		}
 	}
 }
@@ -174,8 +172,13 @@ func BenchmarkPreStart(b *testing.B) {
 		durations = append(durations, time.Since(start))
 	}
 	b.StopTimer()
+	reportPercentiles(b, durations)
+	b.ReportMetric(float64(len(data)), "checkpoint-bytes")
+}
+
+// reportPercentiles reports the p50 and p99 of the calls' durations.
+func reportPercentiles(b *testing.B, durations []time.Duration) {
 	sort.Slice(durations, func(i, j int) bool { return durations[i] < durations[j] })
 	b.ReportMetric(float64(durations[len(durations)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(float64(len(data)), "checkpoint-bytes")
 }

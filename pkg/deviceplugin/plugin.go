@@ -597,14 +597,30 @@ func (p *Plugin) saw(uid types.UID, name string, ids []string) {
 // it shows being admitted are marked so, and until the cache shows every pod list names that could
 // be the one, the holders are not ready.
 func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, list *podresourcesapi.ListPodResourcesResponse, wait time.Duration, ready func([]holder) bool) ([]holder, bool) {
+	var hs []holder
+	view := func() bool {
+		hs = p.holdersLocked(res)
+		uid, settled := p.admittingLocked(list)
+		onlyAdmitting(hs, uid)
+		return settled && ready(hs)
+	}
+	if p.lockWhen(ctx, wait, view) {
+		return hs, true
+	}
+	// Given up waiting: pods list shows that the cache still lacks are not waited for again.
+	p.strangersLocked(list)
+	view()
+	return hs, ready(hs)
+}
+
+// lockWhen takes p.mu and returns, with p.mu held, once cond (called with p.mu held) is true (true),
+// or once wait has passed or ctx ended without that (false). Every pod update wakes it.
+func (p *Plugin) lockWhen(ctx context.Context, wait time.Duration, cond func() bool) bool {
 	var deadline <-chan time.Time
 	for {
 		p.mu.Lock()
-		hs := p.holdersLocked(res)
-		uid, settled := p.admittingLocked(list)
-		onlyAdmitting(hs, uid)
-		if settled && ready(hs) {
-			return hs, true
+		if cond() {
+			return true
 		}
 		if deadline == nil {
 			t := time.NewTimer(wait)
@@ -620,13 +636,7 @@ func (p *Plugin) lockWhenVisible(ctx context.Context, res corev1.ResourceName, l
 		case <-ctx.Done():
 		}
 		p.mu.Lock()
-		hs = p.holdersLocked(res)
-		if _, settled := p.admittingLocked(list); !settled {
-			p.strangersLocked(list)
-		}
-		uid, _ = p.admittingLocked(list)
-		onlyAdmitting(hs, uid)
-		return hs, ready(hs)
+		return cond()
 	}
 }
 

@@ -135,36 +135,14 @@ func (p *Plugin) preStart(ctx context.Context, res corev1.ResourceName, req *plu
 // lockWhenKnown takes p.mu once every entry's pod is in the cache, or after cacheWait; it returns
 // with p.mu held.
 func (p *Plugin) lockWhenKnown(ctx context.Context, entries []kubeletrecord.Entry) {
-	known := func() bool {
+	p.lockWhen(ctx, p.cacheWait, func() bool {
 		for _, e := range entries {
 			if _, ok := p.pods[e.PodUID]; !ok {
 				return false
 			}
 		}
 		return true
-	}
-	var deadline <-chan time.Time
-	for {
-		p.mu.Lock()
-		if known() {
-			return
-		}
-		if deadline == nil {
-			t := time.NewTimer(p.cacheWait)
-			defer t.Stop()
-			deadline = t.C
-		}
-		wake := p.podsChanged
-		p.mu.Unlock()
-		select {
-		case <-wake:
-			continue
-		case <-deadline:
-		case <-ctx.Done():
-		}
-		p.mu.Lock()
-		return
-	}
+	})
 }
 
 // liveLocked leaves out entries of pods that ended, while another entry holds the same IDs: the

@@ -312,26 +312,7 @@ func (r *nodeRun) settle(t *testing.T, p tmPod) result {
 }
 
 // completeInit ends the pod's running init containers in the fake runtime with exit code 0.
-func (r *nodeRun) completeInit(pod *corev1.Pod) {
-	init := map[string]bool{}
-	for _, c := range pod.Spec.InitContainers {
-		init[c.Name] = true
-	}
-	rs := r.e.Kubelets[r.node.name].Runtime.RuntimeService
-	rs.Lock()
-	defer rs.Unlock()
-	for _, c := range rs.Containers {
-		if c.Labels["io.kubernetes.pod.uid"] != string(pod.UID) || !init[c.GetMetadata().GetName()] {
-			continue
-		}
-		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			c.State = runtimeapi.ContainerState_CONTAINER_EXITED
-			c.ExitCode = 0
-			c.Reason = "Completed"
-			c.FinishedAt = time.Now().UnixNano()
-		}
-	}
-}
+func (r *nodeRun) completeInit(pod *corev1.Pod) { completeInit(r.e, r.node.name, pod) }
 
 // check compares a settled pod with what the scenario demands: in Cardinal's run, the outcome
 // wanted, PodResources' devices equal to the assignment, the selector honoured and, where the
