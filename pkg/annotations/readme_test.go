@@ -148,13 +148,14 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 		resourceTable = "| resource | flag | value | meaning |"
 		podTable      = "| key | value | rule |"
 		internalTable = "| key | on | written by | record |"
+		operatorTable = "| key prefix | on | value and effect |"
 	)
 	var resources []string
 	for _, r := range DefaultResourceNames().All() {
 		resources = append(resources, string(r))
 	}
 	resources = append(resources, string(ResourceMIGRoute), string(ResourceHostRoute))
-	want := map[string][]string{resourceTable: resources, podTable: UserKeys, internalTable: InternalKeys}
+	want := map[string][]string{resourceTable: resources, podTable: UserKeys, internalTable: InternalKeys, operatorTable: {CordonPrefix}}
 	if diff := cmp.Diff(want, tables); diff != "" {
 		t.Errorf("README contract tables (first column, in order) differ from the constants (-code +README):\n%s", diff)
 	}
