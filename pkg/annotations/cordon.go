@@ -35,7 +35,7 @@ type Cordon struct {
 }
 
 // uuidName is what a cordon key names: a card (GPU-…) or a MIG instance (MIG-…) by UUID.
-var uuidName = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+var uuidName = regexp.MustCompile(`^(GPU|MIG)-[0-9A-Za-z][-0-9A-Za-z]*$`)
 
 // CordonKey is the annotation key of the cordon of the device with uuid.
 func CordonKey(uuid string) string { return CordonPrefix + uuid }

@@ -32,7 +32,7 @@ func TestDecodeCordonNamesTheKeyAndField(t *testing.T) {
 	key := CordonKey(cordonUUID)
 	for _, c := range []struct{ key, value, want string }{
 		{"cardinal.io/gpu-inventory", `{}`, "not a cordon key"},
-		{CordonKey("GPU-1"), `{"reason":"x","by":"a"}`, `"GPU-1" is no card or MIG instance UUID`},
+		{CordonKey("card-1"), `{"reason":"x","by":"a"}`, `"card-1" is no card or MIG instance UUID`},
 		{key, `{"reason":"x"`, "is not {\"reason\":…,\"by\":…}"},
 		{key, `{"reason":"x","by":"a","extra":1}`, `unknown field "extra"`},
 		{key, `{"reason":"x","by":"a"} {}`, "more after the object"},

@@ -200,6 +200,7 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 		reason = &core.Reason{Kind: core.ReasonBadInventory, Detail: err.Error()}
 	} else {
 		state = core.NewNodeState(node.Name, inv)
+		state.Cordon(annotations.CordonsOf(node.Annotations))
 	}
 	soft := softNodeOf(node)
 	listed := listedCPUsOf(state)
@@ -241,7 +242,7 @@ func sameCards(a, b *core.NodeState) bool {
 		return false
 	}
 	for i := range a.Cards {
-		if !a.Cards[i].SameDevice(&b.Cards[i]) {
+		if !a.Cards[i].SameDevice(&b.Cards[i]) || a.Cards[i].Cordoned != b.Cards[i].Cordoned {
 			return false
 		}
 	}

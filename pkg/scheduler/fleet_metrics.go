@@ -18,11 +18,12 @@ var (
 	cardMemDesc   = prometheus.NewDesc("cardinal_extender_card_reserved_memory_mib", "Memory (MiB) reserved on a card or MIG instance by the pods the extender knows (bound, reserved or in flight).", cardLabels, nil)
 	cardCoresDesc = prometheus.NewDesc("cardinal_extender_card_reserved_cores", "Percentage of a card's compute reserved (100: held whole).", cardLabels, nil)
 	cardSlotsDesc = prometheus.NewDesc("cardinal_extender_card_slots_held", "Device IDs of a card taken (share slots, or 1 for a card or instance held whole).", cardLabels, nil)
-	cardStateDesc = prometheus.NewDesc("cardinal_extender_card_state", "1 for the card's state: free, shared (some slots held), whole (held alone or every slot taken), unhealthy, or mig (a parent in MIG mode: see its instances).",
+	cardStateDesc = prometheus.NewDesc("cardinal_extender_card_state", "1 for the card's state: free, shared (some slots held), whole (held alone or every slot taken), unhealthy, cordoned (out of service: nothing new goes there; its holders stay), or mig (a parent in MIG mode: see its instances).",
 		append(append([]string{}, cardLabels...), "state"), nil)
 	modelLabels        = []string{"model"}
 	modelCardsDesc     = prometheus.NewDesc("cardinal_extender_model_cards", "Cards of a model in the cluster (MIG parents included, instances not).", modelLabels, nil)
-	modelFreeDesc      = prometheus.NewDesc("cardinal_extender_model_free_cards", "Healthy cards of a model with nothing held: what a whole-card pod can get.", modelLabels, nil)
+	modelFreeDesc      = prometheus.NewDesc("cardinal_extender_model_free_cards", "Healthy cards of a model in service with nothing held: what a whole-card pod can get.", modelLabels, nil)
+	modelCordonedDesc  = prometheus.NewDesc("cardinal_extender_model_cordoned_cards", "Cards of a model an operator cordoned (cordon.cardinal.io/<UUID> on the Node): out of service for new pods.", modelLabels, nil)
 	modelMemDesc       = prometheus.NewDesc("cardinal_extender_model_memory_mib", "Memory (MiB) of a model's healthy cards and instances.", modelLabels, nil)
 	modelReservedDesc  = prometheus.NewDesc("cardinal_extender_model_reserved_memory_mib", "Memory (MiB) reserved on a model's cards and instances.", modelLabels, nil)
 	nodesUnusableDesc  = prometheus.NewDesc("cardinal_extender_nodes_without_inventory", "Nodes the extender knows whose inventory is missing or refused (they take no GPU pod).", nil, nil)
@@ -31,7 +32,7 @@ var (
 	modelFragDesc      = prometheus.NewDesc("cardinal_extender_model_fragmented_cards", "Free GPU capacity of a model, in cards, that the cluster's recent mix of requests cannot use (the frag-aware policy's measure, node by node).", modelLabels, nil)
 	modelFragRatioDesc = prometheus.NewDesc("cardinal_extender_model_fragmentation_ratio", "Share of a model's free GPU capacity that the cluster's recent mix of requests cannot use, 0..1 (0 when nothing is free).", modelLabels, nil)
 	pendingDesc        = prometheus.NewDesc("cardinal_extender_pending_pods", "GPU pods that no node passed at their last filter, by the class of the reason of the node nearest to fitting (no_model, unhealthy, memory, host, numa_kubelet, in_flight, other).", []string{"class"}, nil)
-	allocationCollectD = []*prometheus.Desc{cardMemDesc, cardCoresDesc, cardSlotsDesc, cardStateDesc, modelCardsDesc, modelFreeDesc, modelMemDesc, modelReservedDesc, nodesUnusableDesc,
+	allocationCollectD = []*prometheus.Desc{cardMemDesc, cardCoresDesc, cardSlotsDesc, cardStateDesc, modelCardsDesc, modelFreeDesc, modelCordonedDesc, modelMemDesc, modelReservedDesc, nodesUnusableDesc,
 		modelAllocDesc, modelFreeCapDesc, modelFragDesc, modelFragRatioDesc, pendingDesc}
 )
 
@@ -46,8 +47,8 @@ func (a allocation) Describe(ch chan<- *prometheus.Desc) {
 
 // modelSums are one model's cluster sums.
 type modelSums struct {
-	cards, free   int
-	mem, reserved int64
+	cards, free, cordoned int
+	mem, reserved         int64
 	// measured counts the healthy cards the frag-aware measure sees (not MIG parents or
 	// instances); freeCap and frag are their free and fragmented capacity, in cards.
 	measured      int
@@ -75,6 +76,7 @@ func (a allocation) Collect(ch chan<- prometheus.Metric) {
 	for model, m := range models {
 		ch <- prometheus.MustNewConstMetric(modelCardsDesc, prometheus.GaugeValue, float64(m.cards), model)
 		ch <- prometheus.MustNewConstMetric(modelFreeDesc, prometheus.GaugeValue, float64(m.free), model)
+		ch <- prometheus.MustNewConstMetric(modelCordonedDesc, prometheus.GaugeValue, float64(m.cordoned), model)
 		ch <- prometheus.MustNewConstMetric(modelMemDesc, prometheus.GaugeValue, float64(m.mem), model)
 		ch <- prometheus.MustNewConstMetric(modelReservedDesc, prometheus.GaugeValue, float64(m.reserved), model)
 		alloc, fragRatio := 0.0, 0.0
@@ -124,8 +126,11 @@ func (a allocation) snapshot() (rows []cardRow, models map[string]*modelSums, un
 			rows = append(rows, r)
 			if !card.Instance() {
 				m.cards++
-				if r.state == "free" {
+				switch r.state {
+				case "free":
 					m.free++
+				case "cordoned":
+					m.cordoned++
 				}
 			}
 			if card.Healthy && !card.InMIGMode() {
@@ -158,6 +163,8 @@ func cardState(c *core.Card) string {
 		return "mig"
 	case !c.Healthy:
 		return "unhealthy"
+	case c.Cordoned != "":
+		return "cordoned"
 	case c.Held == 0:
 		return "free"
 	case c.Whole > 0 || c.Held >= c.Slots():
@@ -210,7 +217,7 @@ func classOf(r *core.Reason) pendingClass {
 		return pendingHost
 	case core.ReasonNoCapacity, core.ReasonMPSSlot:
 		return pendingMemory
-	case core.ReasonUnhealthy:
+	case core.ReasonUnhealthy, core.ReasonCordoned:
 		return pendingUnhealthy
 	case core.ReasonUnknownNode, core.ReasonNoInventory, core.ReasonBadInventory, core.ReasonNoMatch, core.ReasonTooFewCards:
 		return pendingNoModel

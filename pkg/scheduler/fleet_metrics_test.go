@@ -68,6 +68,8 @@ func TestAllocationMetrics(t *testing.T) {
 		// mix's two cards and mig's two parents; mig's two whole H100s are another model.
 		"model_cards{model=" + a100 + "} 4",
 		"model_cards{model=NVIDIA H100 80GB HBM3} 2",
+		"model_cordoned_cards{model=NVIDIA A100-SXM4-80GB} 0",
+		"model_cordoned_cards{model=NVIDIA H100 80GB HBM3} 0",
 		// The mix is the holder's whole card, which every free card can take: nothing fragmented.
 		"model_fragmentation_ratio{model=" + a100 + "} 0",
 		"model_fragmentation_ratio{model=NVIDIA H100 80GB HBM3} 0",

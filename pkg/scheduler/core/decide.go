@@ -416,7 +416,9 @@ type fit struct {
 	// profile (counts), from accepted (set only for a pod with MIG containers).
 	match, healthy, inMIG int
 	unhealthyUUID         string
-	accepted              []bool
+	// cordoned counts the whole cards the selector accepts that are cordoned, and names one (-1: none).
+	cordoned, cordonedCard int
+	accepted               []bool
 	// prefer is a NUMA node the cards should go to when they can (-1: none); see retryNUMA.
 	prefer int
 	// allow, when not nil, limits the cards pickNew may choose (the kubelet's pool).
@@ -479,6 +481,7 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	}
 	f.ids = resize(f.ids, total)
 	f.match, f.healthy, f.inMIG, f.unhealthyUUID = 0, 0, 0, ""
+	f.cordoned, f.cordonedCard = 0, -1
 	mig := p.mig != "" && n.MIG > 0
 	if mig {
 		f.accepted = resize(f.accepted, len(n.Cards))
@@ -486,6 +489,14 @@ func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		if !s.accepts(p, c) {
+			continue
+		}
+		if c.Cordoned != "" {
+			// Out of service: nothing new goes there (its holders keep it).
+			if c.MIG == nil && !c.Instance() {
+				f.cordoned++
+				f.cordonedCard = i
+			}
 			continue
 		}
 		if c.MIG != nil || c.Instance() {
@@ -649,6 +660,9 @@ func (f *fit) countReason(c *annotations.ContainerRequest, match, healthy int, u
 		r.InMIG = f.inMIG
 	}
 	switch {
+	case !c.MIG() && f.cordoned > 0 && match < c.Count && match+f.cordoned >= c.Count:
+		card := &f.node.Cards[f.cordonedCard]
+		r.Kind, r.Have, r.Of, r.UUID, r.Index, r.Detail = ReasonCordoned, match, f.cordoned, card.UUID, card.Index, card.Cordoned
 	case match == 0:
 		r.Kind = ReasonNoMatch
 	case match >= c.Count:

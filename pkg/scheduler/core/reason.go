@@ -88,6 +88,10 @@ const (
 	// in EXCLUSIVE_PROCESS (inventory sharing.exclusiveCards): only the MPS server may use them, and
 	// the device plugin refuses whole-card containers there (deviceplugin ReasonExclusiveCards).
 	ReasonExclusiveCards
+	// ReasonCordoned: enough cards match the selector, but too few that are not cordoned (an
+	// operator took them out of service: annotations.Cordon); UUID and Index name one, Detail its
+	// reason, Have and Of count the cards left and those cordoned.
+	ReasonCordoned
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -115,8 +119,9 @@ type Reason struct {
 	Selector string
 	// Models summarises the node's cards, e.g. "2x NVIDIA A40".
 	Models string
-	// UUID names a card (the unhealthy one).
-	UUID string
+	// UUID names a card (the unhealthy one, or a cordoned one); Index is its index (ReasonCordoned).
+	UUID  string
+	Index int
 	// MemMiB, MemPercent and Cores are what a shared request needs on each card; Shared tells
 	// whether the request is shared at all.
 	Shared     bool
@@ -210,6 +215,12 @@ func (r *Reason) String() string {
 			b.WriteString("node has no GPUs")
 		default:
 			fmt.Fprintf(&b, "no card matches %s (node has %s)", r.Selector, r.Models)
+		}
+	case ReasonCordoned:
+		if r.Of == 1 && r.Have == 0 {
+			fmt.Fprintf(&b, "card %s (index %d) is cordoned: %s", r.UUID, r.Index, r.Detail)
+		} else {
+			fmt.Fprintf(&b, "needs %s%s, %d not cordoned (%d cordoned; card %s (index %d): %s)", cards(r.Need), matching, r.Have, r.Of, r.UUID, r.Index, r.Detail)
 		}
 	case ReasonUnhealthy:
 		if r.UUID != "" {

@@ -34,6 +34,9 @@ type Card struct {
 	// instance's MIG profile (1g.10gb+me) and ProfileKey its key (annotations.MIGProfileKey), which
 	// a MIG container's request names (ContainerRequest.MIGProfile).
 	Parent, Profile, ProfileKey string
+	// Cordoned is why an operator took the device out of service ("" when it is in service): nothing
+	// new is placed on it, holders keep it (NodeState.Cordon). Health is another matter.
+	Cordoned string
 	// modelLower is the model lower-cased once, for selector checks.
 	modelLower string
 	// refs counts holders per device ID: index k is slot k, or the UUID (index 0) when Shares <= 1.
@@ -351,6 +354,27 @@ func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 	n.kubelet = newKubeletNode(&inv, n)
 	n.links = newLinkMatrix(&inv, n)
 	return n
+}
+
+// Cordon marks the devices an operator cordoned (annotations.CordonsOf the Node): a card by its UUID,
+// a MIG instance by its own or its parent's. It reports how many devices it marked.
+func (n *NodeState) Cordon(cs annotations.Cordons) int {
+	if cs.Empty() {
+		return 0
+	}
+	marked := 0
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		why := cs.Why(c.UUID)
+		if why == "" && c.Instance() {
+			why = cs.Why(c.Parent)
+		}
+		c.Cordoned = why
+		if why != "" {
+			marked++
+		}
+	}
+	return marked
 }
 
 // addInstances appends the MIG instances of card p as cards.

@@ -1,0 +1,58 @@
+package scheduler
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+)
+
+// A cordoned card takes nothing new (a pod that asks for it by UUID is refused with the reason,
+// others go to the node's other cards), its holder keeps it, and uncordoning returns it to service.
+func TestCordonedCardTakesNothingNew(t *testing.T) {
+	spec := nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 2}
+	node := gpuNode(spec)
+	mark, err := annotations.EncodeCordon(annotations.Cordon{Reason: "correctable ECC errors", By: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations[annotations.CordonKey(uuidOf("n1", 0))] = mark
+	h := newHarness(t, harnessOptions{informer: true}, node)
+	pinned := gpuPod("pinned", map[string]string{annotations.UseGPUUUID: uuidOf("n1", 0)}, ctr{name: "m", gpu: 1})
+	any := gpuPod("any", nil, ctr{name: "m", gpu: 1})
+	two := gpuPod("two", nil, ctr{name: "m", gpu: 2})
+	h.createPods(pinned, any, two)
+
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pinned, NodeNames: names("n1")}))
+	want := map[string]string{"n1": "card GPU-n1-0 (index 0) is cordoned: correctable ECC errors (by ops)"}
+	if diff := cmp.Diff(want, map[string]string(res.FailedNodes)); diff != "" {
+		t.Errorf("pinned to the cordoned card: FailedNodes (-want +got):\n%s", diff)
+	}
+	res = decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: two, NodeNames: names("n1")}))
+	want = map[string]string{"n1": "needs 2 cards, 1 not cordoned (1 cordoned; card GPU-n1-0 (index 0): correctable ECC errors (by ops))"}
+	if diff := cmp.Diff(want, map[string]string(res.FailedNodes)); diff != "" {
+		t.Errorf("two cards: FailedNodes (-want +got):\n%s", diff)
+	}
+	if err := h.bind("any", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	a, _ := h.assignmentOf("default", "any")
+	if got := a.Containers[0].Devices[0].UUID; got != uuidOf("n1", 1) {
+		t.Errorf("any got %s, want the card in service, %s", got, uuidOf("n1", 1))
+	}
+
+	// The allocation metrics count it apart.
+	if got, want := gatherFleet(t, h.srv, "cardinal_extender_model_cordoned_cards"), []string{"model_cordoned_cards{model=" + a40 + "} 1"}; !cmp.Equal(want, got) {
+		t.Errorf("cordoned cards per model = %v, want %v", got, want)
+	}
+
+	// Uncordoned: the card takes pods again.
+	delete(node.Annotations, annotations.CordonKey(uuidOf("n1", 0)))
+	h.cache.UpsertNode(node)
+	res = decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pinned, NodeNames: names("n1")}))
+	if len(res.FailedNodes) != 0 || !cmp.Equal([]string{"n1"}, *res.NodeNames) {
+		t.Errorf("after uncordon: failed %v, fit %v", res.FailedNodes, res.NodeNames)
+	}
+}
