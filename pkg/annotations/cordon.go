@@ -25,7 +25,7 @@ import (
 // CordonPrefix is the prefix of a cordon annotation's key; the rest is the card's UUID.
 const CordonPrefix = "cordon.cardinal.io/"
 
-// MaxCordonReason bounds a cordon's reason, in bytes.
+// MaxCordonReason bounds a cordon's reason, in characters (runes: what the admission policy counts).
 const MaxCordonReason = 256
 
 // Cordon is one cordon mark.
@@ -87,8 +87,8 @@ func (c Cordon) validate() error {
 	switch {
 	case strings.TrimSpace(c.Reason) == "":
 		errs = append(errs, errors.New("reason is empty: say why the card is out of service"))
-	case len(c.Reason) > MaxCordonReason:
-		errs = append(errs, fmt.Errorf("reason is %d bytes, more than %d", len(c.Reason), MaxCordonReason))
+	case utf8.RuneCountInString(c.Reason) > MaxCordonReason:
+		errs = append(errs, fmt.Errorf("reason is %d characters, more than %d", utf8.RuneCountInString(c.Reason), MaxCordonReason))
 	case !printableText(c.Reason):
 		errs = append(errs, fmt.Errorf("reason %q holds a control character: printable text only", c.Reason))
 	}

@@ -37,7 +37,7 @@ func TestDecodeCordonNamesTheKeyAndField(t *testing.T) {
 		{key, `{"reason":"x","by":"a","extra":1}`, `unknown field "extra"`},
 		{key, `{"reason":"x","by":"a"} {}`, "more after the object"},
 		{key, `{"reason":" ","by":"a"}`, "reason is empty"},
-		{key, `{"reason":"` + strings.Repeat("x", MaxCordonReason+1) + `","by":"a"}`, "reason is 257 bytes"},
+		{key, `{"reason":"` + strings.Repeat("x", MaxCordonReason+1) + `","by":"a"}`, "reason is 257 characters"},
 		{key, `{"reason":"bad\u001b[2J","by":"a"}`, "holds a control character"},
 		{key, `{"reason":"x","by":""}`, "by is empty"},
 	} {
