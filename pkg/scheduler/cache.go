@@ -79,6 +79,10 @@ type podRecord struct {
 	// commit, so only proof that no earlier write can land frees the reservation
 	// (reservations_freed_by_proof.go), never a later attempt's refusal.
 	unsettled bool
+	// posting counts the Bindings of this reservation that may have been sent and whose outcome
+	// bind has not settled yet (StartBinding): each may still commit, so a concurrent attempt's
+	// refusal must not free the reservation either.
+	posting int
 	// applied are the holdings added to the node's state, kept to remove exactly those.
 	applied []core.Holding
 }
