@@ -293,3 +293,38 @@ func (c *Cache) NodeExclusiveCPUs(name string) []int {
 	}
 	return nil
 }
+
+// cpusHeldBy returns the exclusive CPUs pod uid holds on node n per NUMA node (indexed like the
+// inventory's kubelet.numa) as the counts the model reads have them: what the node lists for it,
+// else what the model predicted for a live pod it does not list yet; nil when none are counted
+// (preemption gives them back in its what-ifs). Called with c.mu held (read).
+func (c *Cache) cpusHeldBy(n *nodeEntry, uid types.UID) []int {
+	s := n.state
+	if s == nil || !s.CountsCPUs() {
+		return nil
+	}
+	numa := s.Kubelet.NUMA
+	cp := n.cpu.pods[uid]
+	if cpus, ok := n.cpu.listed[listedUID(uid, cp)]; ok {
+		out := make([]int, len(numa))
+		copy(out, cpus)
+		return out
+	}
+	if cp == nil || cp.predicted == nil || !cp.gone.IsZero() {
+		return nil
+	}
+	out := make([]int, len(numa))
+	for _, pc := range cp.predicted {
+		for i := range numa {
+			if numa[i].ID == pc.NUMA {
+				out[i] += pc.CPUs
+			}
+		}
+	}
+	return out
+}
+
+// listedUID is the UID the node lists pod uid's CPUs under.
+func listedUID(uid types.UID, _ *cpuHolder) types.UID {
+	return uid
+}
