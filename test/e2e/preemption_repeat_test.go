@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,12 +85,14 @@ func TestPreemptionRepeated(t *testing.T) {
 				defer stop()
 			}
 			hi := withPriority(pod(fmt.Sprintf("hi%d", round), nil, ctr("main", gpu{cards: 2})), prioHigh)
+			calls := preemptCalls(t, s)
 			start := time.Now()
 			e.create(t, hi)
 			e.waitRunning(t, hi.Name)
 			node := e.get(t, hi.Name).Spec.NodeName
 			victims := e.gone(t, lows...)
-			t.Logf("%s ran on %s after %s; preempted %v", hi.Name, node, time.Since(start).Round(100*time.Millisecond), victims)
+			t.Logf("%s ran on %s after %s; preempted %v; the preempt verb answered %v calls", hi.Name, node,
+				time.Since(start).Round(100*time.Millisecond), victims, preemptCalls(t, s)-calls)
 			if len(victims) != 2 {
 				t.Errorf("%s preempted %v, want exactly 2 pods (the minimum)", hi.Name, victims)
 			}
@@ -102,6 +108,33 @@ func TestPreemptionRepeated(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d rounds evicted more than the minimum or failed", failed, rounds)
+}
+
+// preemptCalls reads the extender's cardinal_extender_requests_total{verb="preempt"}, all outcomes.
+func preemptCalls(t *testing.T, s *stack.Stack) float64 {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(s.ExtenderMetricsURL())
+	if err != nil {
+		t.Fatalf("extender metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "cardinal_extender_requests_total{") || !strings.Contains(line, `verb="preempt"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		total += v
+	}
+	return total
 }
 
 // lingerVictims lets each pod of names that is being deleted go lingerFor after it started going
