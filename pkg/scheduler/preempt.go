@@ -329,7 +329,7 @@ const preemptExtraNodes = 100
 //
 // While an earlier preemption for the pod is still under way (preemptionUnderWay) the answer is
 // empty: its victims are leaving, and a fresh preemption elsewhere would evict twice what the pod
-// needs. The answer given is remembered for that rule (RememberPreemption).
+// needs. The answer given is remembered for that rule (rememberPreemption).
 func (c *Cache) ChooseVictims(uid types.UID, p *core.Pod, proposals map[string]Proposal, extra []string, pdbs PDBLister) map[string]Victims {
 	out := map[string]Victims{}
 	start := time.Now()
