@@ -42,7 +42,7 @@ func TestStaticPodBesideGPUPods(t *testing.T) {
 	stack.Wait(t, runTimeout, "mirror pod "+mirror+" Running", func() (bool, string, error) {
 		p, err := e.client.CoreV1().Pods("kube-system").Get(context.Background(), mirror, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error(), nil
+			return false, err.Error(), nil //nolint:nilerr // polling: the kubelet has not created it yet
 		}
 		return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("%s, annotations %v", p.Status.Phase, p.Annotations), nil
 	})

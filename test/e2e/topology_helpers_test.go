@@ -662,7 +662,7 @@ func startTopologyStackWith(t *testing.T, nodes []tmNode, staticPods map[string]
 	for node, pods := range staticPods {
 		busy[node] = len(pods) > 0
 	}
-	checkKubeletInventoryWith(t, e, nodes, busy)
+	checkKubeletInventory(t, e, nodes, busy)
 	return e
 }
 

@@ -171,14 +171,9 @@ func setShares(t *testing.T, e *env, nodes []tmNode, shares int) {
 // checkKubeletInventory waits until every node's inventory carries the kubelet field the plugin
 // read from the kubelet's configuration file and the synthetic machine: policy, scope, the static
 // CPU manager, 2 NUMA nodes of 8 CPUs with CPU 0 reserved, device topology reported.
-func checkKubeletInventory(t *testing.T, e *env, nodes []tmNode) {
-	t.Helper()
-	checkKubeletInventoryWith(t, e, nodes, nil)
-}
-
-// checkKubeletInventoryWith is checkKubeletInventory where the nodes of busy already run pods
-// with exclusive CPUs (static pods): their exclusive counts are not checked.
-func checkKubeletInventoryWith(t *testing.T, e *env, nodes []tmNode, busy map[string]bool) {
+// The nodes of busy already run pods with exclusive CPUs (static pods): their exclusive counts
+// are not checked.
+func checkKubeletInventory(t *testing.T, e *env, nodes []tmNode, busy map[string]bool) {
 	t.Helper()
 	for _, n := range nodes {
 		want := annotations.KubeletTopology{
