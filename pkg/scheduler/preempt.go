@@ -327,7 +327,7 @@ const preemptExtraNodes = 100
 // the lock another verb or an informer event waits for. The search stops at preemptSearchTime
 // (minimal sets after it) and the call at preemptTimeLimit, checked between Fit calls.
 //
-// While an earlier preemption for the pod is still under way (preemptionUnderWay) the answer is
+// While an earlier preemption for the pod is still under way (PreemptionUnderWay) the answer is
 // empty: its victims are leaving, and a fresh preemption elsewhere would evict twice what the pod
 // needs. The answer given is remembered for that rule (rememberPreemption).
 func (c *Cache) ChooseVictims(uid types.UID, p *core.Pod, proposals map[string]Proposal, extra []string, pdbs PDBLister) map[string]Victims {
@@ -834,6 +834,13 @@ func (s *Server) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptio
 				res.NodeNameToMetaVictims[node] = metaVictims(prop.Victims, prop.PDBViolations)
 			}
 		}
+		return res
+	}
+	if why, waiting := s.cache.PreemptionUnderWay(args.Pod.UID, p); waiting {
+		// No node: kube-scheduler keeps the pod's nomination and tries it again when the pods
+		// leaving are gone (preempt_repeat.go).
+		s.metrics.requests.WithLabelValues("preempt", "ok").Inc()
+		log.V(2).Info("preempt: an earlier preemption of the pod is under way; no node", logging.KeyReason, why)
 		return res
 	}
 	chosen := s.cache.ChooseVictims(args.Pod.UID, p, proposals, s.refusedNodes(args.Pod.UID), s.pdbs)

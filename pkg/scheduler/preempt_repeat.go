@@ -43,8 +43,15 @@ type preemptAnswer struct {
 	victims []types.UID
 }
 
-// preemptionUnderWay reports whether an earlier preemption for pod p (uid) may still be under way
-// (see the top of this file), and why, for the log. Called with c.mu held (read).
+// PreemptionUnderWay reports whether an earlier preemption for pod p (uid) may still be under way
+// (see the top of this file), and why, for the log; ChooseVictims answers no node then.
+func (c *Cache) PreemptionUnderWay(uid types.UID, p *core.Pod) (why string, waiting bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.preemptionUnderWay(uid, p)
+}
+
+// preemptionUnderWay is PreemptionUnderWay. Called with c.mu held (read).
 func (c *Cache) preemptionUnderWay(uid types.UID, p *core.Pod) (why string, waiting bool) {
 	if a := c.preempt.answers[uid]; a != nil {
 		anyGone := false
