@@ -184,9 +184,9 @@ func (c *Cache) dropNominee(uid types.UID) {
 // nominatedState returns the node's state as pod p (uid) must see it when pods of equal or higher
 // priority are nominated to the node: each of them (highest priority first) holds the devices, the
 // CPU and memory and the exclusive CPUs it would take once the node's pods being deleted are gone,
-// on top of what the node holds now. nil
-// when no nominee applies (the node's own state is the answer). A nominee that would not fit even
-// then holds nothing: kube-scheduler will preempt for it again. Called with c.mu held (read).
+// on top of what the node holds now. nil when no nominee applies (the node's own state is the
+// answer). A nominee that would not fit even then holds nothing: kube-scheduler will preempt for it
+// again. Called with c.mu held (read).
 func (c *Cache) nominatedState(n *nodeEntry, p *core.Pod, uid types.UID) *core.NodeState {
 	noms := c.preempt.nominees[n.name]
 	if len(noms) == 0 || n.state == nil {
@@ -576,8 +576,8 @@ func (in *preemptInput) fits(p *core.Pod, set []int) (ok bool) {
 	return plan != nil
 }
 
-// choose decides the victims on the node from its copied inputs; it never touches the cache but
-// to read nothing (victimsOf reads in.metas). budget bounds the Fit calls of the minimum-set search.
+// choose decides the victims on the node from its copied inputs, without the cache (victimsOf
+// reads in.metas). budget bounds the Fit calls of the minimum-set search.
 func (in *preemptInput) choose(p *core.Pod, pdbs PDBLister, budget int) (Victims, bool) {
 	fits := func(set []int) bool { return in.fits(p, set) }
 	if fits(nil) {
