@@ -117,6 +117,8 @@ type harness struct {
 	client   *fake.Clientset
 	recorder *record.FakeRecorder
 	handler  http.Handler
+	// pods are the pods a test refers to by name (optional).
+	pods map[string]*corev1.Pod
 }
 
 type harnessOptions struct {

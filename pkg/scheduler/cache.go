@@ -79,6 +79,10 @@ type podRecord struct {
 	// commit, so only proof that no earlier write can land frees the reservation
 	// (reservations_freed_by_proof.go), never a later attempt's refusal.
 	unsettled bool
+	// posting counts the Bindings of this reservation that may have been sent and whose outcome
+	// bind has not settled yet (StartBinding): each may still commit, so a concurrent attempt's
+	// refusal must not free the reservation either.
+	posting int
 	// applied are the holdings added to the node's state, kept to remove exactly those.
 	applied []core.Holding
 }
@@ -115,9 +119,10 @@ type nodeEntry struct {
 	soft *softNode
 	// cpu is what the cache knows of the exclusive CPUs on the node (numacpus.go).
 	cpu nodeCPUs
-	// plain is, for a node without an inventory (no GPUs), a state without cards that holds its
-	// CPU and memory, so that a routed CPU-only pod can be decided there (cpupods.go); nil
-	// otherwise. state stays nil: every GPU pod is refused there with reason.
+	// plain is, for a node without an inventory (no GPUs) or with one Cardinal cannot read, a
+	// state without cards that holds its CPU and memory, so that a routed CPU-only pod can be
+	// decided there (cpupods.go); nil otherwise. state stays nil: every GPU pod is refused there
+	// with reason.
 	plain *core.NodeState
 }
 
@@ -212,7 +217,9 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	n.cpu.listed = listed
 	defer c.refreshCPUs(n)
 	n.plain = nil
-	if reason != nil && reason.Kind == core.ReasonNoInventory {
+	if reason != nil && (reason.Kind == core.ReasonNoInventory || reason.Kind == core.ReasonBadInventory) {
+		// A pod that asks for no card needs none of the node's cards: it is decided on the
+		// node's CPU and memory, whether the node has no inventory or one Cardinal cannot read.
 		n.plain = core.NewNodeState(node.Name, annotations.Inventory{})
 		n.plain.SetHost(cpu, mem)
 		n.plain.HoldHost(n.host)

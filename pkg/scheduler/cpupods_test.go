@@ -120,3 +120,56 @@ func TestRoutedCPUOnlyPodsFitNodesWithoutGPUs(t *testing.T) {
 		t.Errorf("a GPU pod on a node without GPUs: %+v, want refused", gpu)
 	}
 }
+
+// Issue 33 item 7: a routed CPU-only pod needs no card, so a node whose inventory Cardinal cannot
+// read (more NUMA nodes than the TopologyManager model takes, a newer version) does not refuse it:
+// it is decided on the node's CPU and memory, and scores 0 (what it would strand there is unknown),
+// below a node without GPUs. Before the fix the pod was refused with the inventory's
+// reason, where without the routing marker it fits. GPU pods are still refused there.
+func TestRoutedCPUOnlyPodFitsNodeWithUnreadableInventory(t *testing.T) {
+	twelveNUMA := annotations.Inventory{Kubelet: &annotations.KubeletTopology{TopologyManagerPolicy: annotations.TopologyPolicySingleNUMANode,
+		TopologyManagerScope: annotations.TopologyScopeContainer, CPUManagerPolicy: annotations.CPUManagerPolicyStatic, MaxAllowableNUMANodes: 12}}
+	for i := range 12 {
+		twelveNUMA.Kubelet.NUMA = append(twelveNUMA.Kubelet.NUMA, annotations.NUMACPUs{ID: i, CPUs: 8})
+	}
+	enc, err := annotations.EncodeInventory(twelveNUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := annotations.DecodeInventory(enc); err == nil {
+		t.Fatal("the decoder reads a 12-NUMA TopologyManager inventory: pick another unreadable one")
+	}
+	unreadable := func(name, inv string) *corev1.Node {
+		n := withAlloc(plainNode(name), "16", "64Gi")
+		n.Annotations = map[string]string{annotations.GPUInventory: inv}
+		return n
+	}
+	known := withAlloc(gpuNode(nodeSpec{name: "known", model: a40, memMiB: 100, count: 2}), "16", "64Gi")
+	h := newHarness(t, harnessOptions{},
+		unreadable("numa12", enc), unreadable("v2", `{"v":2,"gpus":[]}`), known, withAlloc(plainNode("cpu"), "16", "64Gi"),
+		cpuPod("load", "v2", "13", "1Gi"))
+	args := extenderv1.ExtenderArgs{Pod: routedPod("web", "4", "2Gi"), NodeNames: names("numa12", "v2", "known")}
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", args))
+	// numa12: 16 CPUs free >= 4; v2: 16 - 13 = 3 < 4, refused for CPU like any node.
+	if diff := cmp.Diff([]string{"numa12", "known"}, *res.NodeNames); diff != "" {
+		t.Errorf("fit (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"v2": "needs 4000m CPU, node has 3000m free"}, map[string]string(res.FailedNodes)); diff != "" {
+		t.Errorf("failed (-want +got):\n%s", diff)
+	}
+	// A node without GPUs strands nothing and ranks first; numa12's cards are unknown: it must not
+	// pass for a node without cards, and scores 0.
+	prio := decodeInto[extenderv1.HostPriorityList](t, h.post("/prioritize", extenderv1.ExtenderArgs{Pod: args.Pod, NodeNames: names("numa12", "cpu")}))
+	scores := map[string]int64{}
+	for _, hp := range prio {
+		scores[hp.Host] = hp.Score
+	}
+	if scores["numa12"] >= scores["cpu"] {
+		t.Errorf("prioritize %v: the node with cards Cardinal cannot read must rank below the node without GPUs", scores)
+	}
+	gpu := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{
+		Pod: gpuPod("train", nil, ctr{name: "m", gpu: 1}), NodeNames: names("numa12")}))
+	if len(gpu.FailedAndUnresolvableNodes) != 1 || gpu.NodeNames != nil && len(*gpu.NodeNames) > 0 {
+		t.Errorf("a GPU pod on a node with an unreadable inventory: %+v, want refused", gpu)
+	}
+}

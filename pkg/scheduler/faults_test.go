@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	testingclock "k8s.io/utils/clock/testing"
@@ -349,5 +352,91 @@ func TestRetryRefusalKeepsReservationAnEarlierBindingMayCommit(t *testing.T) {
 	}
 	if got := h.held("n2", 0); got != 0 {
 		t.Fatalf("a refused first Binding left n2's card held %d times", got)
+	}
+}
+
+// bindHookClient is the fake clientset with a hook run before every Binding POST, outside the fake's
+// lock (a reactor runs under it, so a reactor that blocks would stall every other call too).
+type bindHookClient struct {
+	kubernetes.Interface
+	hook func(b *corev1.Binding) error
+}
+
+func (c bindHookClient) CoreV1() typedcorev1.CoreV1Interface {
+	return bindHookCore{CoreV1Interface: c.Interface.CoreV1(), hook: c.hook}
+}
+
+type bindHookCore struct {
+	typedcorev1.CoreV1Interface
+	hook func(b *corev1.Binding) error
+}
+
+func (c bindHookCore) Pods(ns string) typedcorev1.PodInterface {
+	return bindHookPods{PodInterface: c.CoreV1Interface.Pods(ns), hook: c.hook}
+}
+
+type bindHookPods struct {
+	typedcorev1.PodInterface
+	hook func(b *corev1.Binding) error
+}
+
+func (p bindHookPods) Bind(ctx context.Context, b *corev1.Binding, opts metav1.CreateOptions) error {
+	if err := p.hook(b); err != nil {
+		return err
+	}
+	return p.PodInterface.Bind(ctx, b, opts)
+}
+
+// Issue 33 item 1: bind attempt 1 has sent its Binding and waits on the API server (its read-back
+// has not even started); kube-scheduler's extender timeout fires and its retry of the same pod on the
+// same node is refused outright (429) and reads the pod back unbound. Before the fix the reservation
+// was marked unsettled only after attempt 1's read-back, so the retry's refusal freed the card, y was
+// bound onto it, and attempt 1's Binding then committed: two pods on one card. A reservation is
+// unsettled from the moment its Binding may have been sent.
+func TestRetryRefusalWhileFirstBindingInFlightKeepsReservation(t *testing.T) {
+	x, y := gpuPod("x", nil, ctr{name: "m", gpu: 1}), gpuPod("y", nil, ctr{name: "m", gpu: 1})
+	h := newHarness(t, harnessOptions{}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 100, count: 1}))
+	h.createPods(x, y)
+	sent, answer := make(chan struct{}), make(chan struct{})
+	tooMany := apierrors.NewTooManyRequests("the server is handling too many requests", 1)
+	var xPosts atomic.Int32
+	h.srv.client = bindHookClient{Interface: h.client, hook: func(b *corev1.Binding) error {
+		if b.Name != "x" {
+			return nil
+		}
+		switch xPosts.Add(1) {
+		case 1: // attempt 1: the Binding is on its way; the API server answers late
+			close(sent)
+			<-answer
+		case 2: // the retry: refused by API priority and fairness
+			return tooMany
+		}
+		return nil
+	}}
+	first := make(chan string)
+	go func() { first <- h.bind("x", "n1") }()
+	<-sent
+	if err := h.bind("x", "n1"); !strings.Contains(err, "too many requests") {
+		t.Fatalf("retry of x: %q, want the 429", err)
+	}
+	if got := h.held("n1", 0); got != 1 {
+		t.Errorf("after the retry's refusal n1's card is held %d times, want 1: attempt 1's Binding may still commit", got)
+	}
+	yErr := h.bind("y", "n1")
+	close(answer) // attempt 1's Binding commits
+	if err := <-first; err != "" {
+		t.Fatalf("attempt 1 of x: %q", err)
+	}
+	xa, xn := h.assignmentOf("default", "x")
+	ya, yn := h.assignmentOf("default", "y")
+	if xa != nil && ya != nil && xn == yn && xa.Containers[0].Devices[0].ID == ya.Containers[0].Devices[0].ID {
+		t.Fatalf("DOUBLE-BOOKED: x and y both bound to %s card %s", xn, xa.Containers[0].Devices[0].ID)
+	}
+	if !strings.Contains(yErr, ErrNoFit.Error()) {
+		t.Fatalf("bind y while x's Binding may commit: %q, want no fit", yErr)
+	}
+	// Both attempts are settled: none is counted as posting any more.
+	if rec := h.cache.pods[x.UID]; rec == nil || rec.posting != 0 {
+		t.Fatalf("x's record after both attempts: %+v, want none posting", rec)
 	}
 }

@@ -57,6 +57,18 @@ type cpuHolder struct {
 	// is set once the node listed it after that.
 	gone   time.Time
 	listed bool
+	// listedAs is the UID the node lists the pod's CPUs under when it is not the pod's own: a
+	// static pod's, which the informer sees as its mirror pod (see mirrorUID).
+	listedAs types.UID
+}
+
+// mirrorUID is the UID the kubelet knows a pod by when it is not the pod's API UID, "" otherwise.
+// A static pod lives in the kubelet under the hash of its manifest (its config hash), which is what
+// the CPU manager checkpoint, and so the node's list of pods with exclusive CPUs, names it by; the
+// API server and the informer see its mirror pod, with an API UID of its own and the hash in the
+// kubernetes.io/config.mirror annotation (kubelet pkg/kubelet/pod/mirror_client.go).
+func mirrorUID(pod *corev1.Pod) types.UID {
+	return types.UID(pod.Annotations[corev1.MirrorPodAnnotationKey])
 }
 
 // nodeCPUs is what the cache knows of a node's exclusive CPUs.
@@ -125,7 +137,7 @@ func (c *Cache) trackCPUs(pod *corev1.Pod) {
 		}
 		return
 	}
-	cp := &cpuHolder{key: pod.Namespace + "/" + pod.Name, node: node}
+	cp := &cpuHolder{key: pod.Namespace + "/" + pod.Name, node: node, listedAs: mirrorUID(pod)}
 	if old != nil && old.node == node {
 		cp.predicted, cp.gone, cp.listed = old.predicted, old.gone, old.listed
 	} else if old != nil {
@@ -229,7 +241,7 @@ func (c *Cache) refreshCPUs(n *nodeEntry) {
 		}
 	}
 	for uid, cp := range n.cpu.pods {
-		_, listed := n.cpu.listed[uid]
+		_, listed := n.cpu.listed[listedUID(uid, cp)]
 		switch {
 		case !cp.gone.IsZero():
 			if listed {
@@ -292,4 +304,43 @@ func (c *Cache) NodeExclusiveCPUs(name string) []int {
 		return n.state.ExclusiveCPUs()
 	}
 	return nil
+}
+
+// cpusHeldBy returns the exclusive CPUs pod uid holds on node n per NUMA node (indexed like the
+// inventory's kubelet.numa) as the counts the model reads have them: what the node lists for it,
+// else what the model predicted for a live pod it does not list yet; nil when none are counted
+// (preemption gives them back in its what-ifs). Called with c.mu held (read).
+func (c *Cache) cpusHeldBy(n *nodeEntry, uid types.UID) []int {
+	s := n.state
+	if s == nil || !s.CountsCPUs() {
+		return nil
+	}
+	numa := s.Kubelet.NUMA
+	cp := n.cpu.pods[uid]
+	if cpus, ok := n.cpu.listed[listedUID(uid, cp)]; ok {
+		out := make([]int, len(numa))
+		copy(out, cpus)
+		return out
+	}
+	if cp == nil || cp.predicted == nil || !cp.gone.IsZero() {
+		return nil
+	}
+	out := make([]int, len(numa))
+	for _, pc := range cp.predicted {
+		for i := range numa {
+			if numa[i].ID == pc.NUMA {
+				out[i] += pc.CPUs
+			}
+		}
+	}
+	return out
+}
+
+// listedUID is the UID the node lists pod uid (cp, when the cache tracks its CPUs) under: its
+// config hash for a static pod, else its own.
+func listedUID(uid types.UID, cp *cpuHolder) types.UID {
+	if cp != nil && cp.listedAs != "" {
+		return cp.listedAs
+	}
+	return uid
 }

@@ -273,6 +273,46 @@ func TestUnpredictedPodWaitsUntilListed(t *testing.T) {
 	}
 }
 
+// Issue 33 item 2: a static pod is listed by the node under its kubelet config hash, which the
+// informer sees only in its mirror pod's kubernetes.io/config.mirror annotation (the mirror pod has
+// an API UID of its own). Before the fix the mirror pod was never seen listed, and every pod that
+// takes exclusive CPUs on its node waited for it forever ("has not listed the CPUs of pod
+// kube-system/static-x yet"). n1: 2 NUMA nodes x 8 CPUs, CPU 0 reserved (7 + 8 free); the static
+// pod holds 2 CPUs on NUMA 0 (7 - 2 = 5 free there).
+func TestStaticPodListedByConfigHash(t *testing.T) {
+	const hash = "6e1cb2f0a1d4e7b3c9f8a2d5e4b1c7a0"
+	static := guaranteedPod("static-x", []int64{2}, ctr{name: "m"})
+	static.Namespace, static.Spec.NodeName, static.Status.Phase = "kube-system", "n1", corev1.PodRunning
+	static.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: hash, "kubernetes.io/config.source": "file"}
+	cases := []struct {
+		name   string
+		listed []annotations.PodCPUs
+		want   string // "" binds; else the bind's error contains it
+		cpus   []int  // exclusive CPUs per NUMA node the model reads before the bind
+	}{
+		// Listed under its config hash: counted, no wait; 2 + 4 (g) = 6 <= 7 on NUMA 0.
+		{name: "listed by hash", listed: []annotations.PodCPUs{{UID: hash, CPUs: []int{2, 0}}}, cpus: []int{2, 0}},
+		// Not listed yet: the static pod's CPUs are unknown, pods with exclusive CPUs wait.
+		{name: "not listed yet", listed: []annotations.PodCPUs{}, want: "has not listed the CPUs of pod kube-system/static-x yet", cpus: []int{0, 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{informer: true}, numaNode(t, "single-numa-node", 8, 1, tc.listed), static)
+			if got := h.cache.NodeExclusiveCPUs("n1"); !slices.Equal(got, tc.cpus) {
+				t.Errorf("exclusive CPUs %v, want %v", got, tc.cpus)
+			}
+			h.createPods(guaranteedPod("g", []int64{4}, ctr{name: "m", gpu: 1}))
+			err := h.bind("g", "n1")
+			switch {
+			case tc.want == "" && err != "":
+				t.Errorf("bind beside the static pod: %q, want bound", err)
+			case tc.want != "" && !strings.Contains(err, tc.want):
+				t.Errorf("bind beside the static pod: %q, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // Init containers: the static policy keeps an init container's exclusive CPUs the app containers
 // did not reuse for the pod's life. A pod of init 1 card + 6 CPUs and app 1 card + 2 CPUs holds 6
 // CPUs on NUMA 0 (2 x 8 CPUs, CPU 0 reserved: 7 free there); the next 1 card + 6 CPU pod must go

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -72,6 +73,8 @@ type preemption struct {
 	nominees map[string][]*nominee // by node, highest priority first
 	byUID    map[types.UID]*nominee
 	prepare  func(*corev1.Pod) (*core.Pod, error)
+	// answers are the last non-empty answers given to preemptors not yet bound (preempt_repeat.go).
+	answers map[types.UID]*preemptAnswer
 }
 
 // PrepareNominees sets how the cache reads a nominated pod's request (the server's prepare): the
@@ -103,8 +106,12 @@ func (c *Cache) trackPreemption(pod *corev1.Pod) {
 		}
 		pp.meta[pod.UID] = podMeta{name: pod.Name, namespace: pod.Namespace, priority: corev1helpers.PodPriority(pod),
 			start: start, labels: pod.Labels, terminating: pod.DeletionTimestamp != nil}
+		delete(pp.answers, pod.UID) // bound: its preemption is over
 	} else {
 		delete(pp.meta, pod.UID)
+		if finished(pod) {
+			delete(pp.answers, pod.UID)
+		}
 	}
 	node := ""
 	if pod.Spec.NodeName == "" && !finished(pod) && pod.DeletionTimestamp == nil && pod.Spec.SchedulerName == c.schedulerName {
@@ -116,6 +123,7 @@ func (c *Cache) trackPreemption(pod *corev1.Pod) {
 // forgetPreemption forgets a deleted pod. Called with c.mu held.
 func (c *Cache) forgetPreemption(uid types.UID) {
 	delete(c.preempt.meta, uid)
+	delete(c.preempt.answers, uid)
 	c.dropNominee(uid)
 }
 
@@ -174,10 +182,11 @@ func (c *Cache) dropNominee(uid types.UID) {
 }
 
 // nominatedState returns the node's state as pod p (uid) must see it when pods of equal or higher
-// priority are nominated to the node: each of them (highest priority first) holds the devices it
-// would take once the node's pods being deleted are gone, on top of what the node holds now. nil
-// when no nominee applies (the node's own state is the answer). A nominee that would not fit even
-// then holds nothing: kube-scheduler will preempt for it again. Called with c.mu held (read).
+// priority are nominated to the node: each of them (highest priority first) holds the devices, the
+// CPU and memory and the exclusive CPUs it would take once the node's pods being deleted are gone,
+// on top of what the node holds now. nil when no nominee applies (the node's own state is the
+// answer). A nominee that would not fit even then holds nothing: kube-scheduler will preempt for it
+// again. Called with c.mu held (read).
 func (c *Cache) nominatedState(n *nodeEntry, p *core.Pod, uid types.UID) *core.NodeState {
 	noms := c.preempt.nominees[n.name]
 	if len(noms) == 0 || n.state == nil {
@@ -197,34 +206,29 @@ func (c *Cache) nominatedState(n *nodeEntry, p *core.Pod, uid types.UID) *core.N
 		future := st.Clone()
 		for _, rec := range n.pods {
 			if m, ok := c.preempt.meta[rec.uid]; ok && m.terminating {
-				c.release(future, rec)
+				c.release(future, n, rec)
 			}
 		}
 		if plan, _, _ := c.fitOn(n.name, future, nm.pod, nil); plan != nil {
+			// The nominee holds its cards, its CPU and memory, and the exclusive CPUs the kubelet
+			// model predicts it takes on each NUMA node.
 			st.Apply(plan)
+			st.HoldCPUs(plan.CPUs)
 		}
 	}
 	return st
 }
 
-// release removes what rec holds on its node (its cards, its CPU and memory) from st, a copy of
-// the node's state; hold puts it back.
-func (c *Cache) release(st *core.NodeState, rec *podRecord) {
+// release removes what rec holds on its node n (its cards, its CPU and memory, its exclusive CPUs
+// per NUMA node) from st, a copy of the node's state. Called with c.mu held (read).
+func (c *Cache) release(st *core.NodeState, n *nodeEntry, rec *podRecord) {
 	for _, h := range rec.applied {
 		st.Unhold(h)
 	}
 	if hr, ok := c.hosts[rec.uid]; ok && hr.node == rec.node {
 		st.UnholdHost(hr.req)
 	}
-}
-
-func (c *Cache) hold(st *core.NodeState, rec *podRecord) {
-	for _, h := range rec.applied {
-		st.Hold(h)
-	}
-	if hr, ok := c.hosts[rec.uid]; ok && hr.node == rec.node {
-		st.HoldHost(hr.req)
-	}
+	st.UnholdCPUs(c.cpusHeldBy(n, rec.uid))
 }
 
 // fitOn is Fit of p on st (a copy of node name's state), then its score when s is not nil; a
@@ -318,23 +322,43 @@ const preemptExtraNodes = 100
 
 // ChooseVictims decides, for each node of proposals and of extra (nodes kube-scheduler did not
 // propose), the victims whose cards make pod p (uid) fit there; nodes where no set of
-// lower-priority pods works are left out. The cache is only read.
+// lower-priority pods works are left out. The cache is only read, and only while each node's
+// inputs are copied (preemptInputOf): the search runs on the copy, so a long search never holds
+// the lock another verb or an informer event waits for. The search stops at preemptSearchTime
+// (minimal sets after it) and the call at preemptTimeLimit, checked between Fit calls.
+//
+// While an earlier preemption for the pod is still under way (PreemptionUnderWay) the answer is
+// empty: its victims are leaving, and a fresh preemption elsewhere would evict twice what the pod
+// needs. The answer given is remembered for that rule (rememberPreemption).
 func (c *Cache) ChooseVictims(uid types.UID, p *core.Pod, proposals map[string]Proposal, extra []string, pdbs PDBLister) map[string]Victims {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
 	out := map[string]Victims{}
 	start := time.Now()
 	deadline, limit := start.Add(preemptSearchTime), start.Add(preemptTimeLimit)
+	c.mu.RLock()
+	if _, waiting := c.preemptionUnderWay(uid, p); waiting {
+		c.mu.RUnlock()
+		return out
+	}
+	mix, onPanic := c.mix.Clone(), c.onPanic
+	c.mu.RUnlock()
+	var s core.Scratch
 	decide := func(node string, prop Proposal) {
-		n, ok := c.nodes[node]
-		if !ok || n.state == nil || time.Now().After(limit) {
+		if time.Now().After(limit) {
 			return
 		}
+		c.mu.RLock()
+		in, ok := c.preemptInputOf(node, uid, p, prop)
+		c.mu.RUnlock()
+		if !ok {
+			return
+		}
+		in.mix, in.onPanic, in.scratch = mix, onPanic, &s
+		in.deadline, in.limit = deadline, limit
 		budget := preemptFitBudget
 		if time.Now().After(deadline) {
 			budget = 0
 		}
-		if v, ok := c.chooseOn(n, uid, p, prop, pdbs, budget); ok {
+		if v, ok := in.choose(p, pdbs, budget); ok {
 			out[node] = v
 		}
 	}
@@ -351,14 +375,8 @@ func (c *Cache) ChooseVictims(uid types.UID, p *core.Pod, proposals map[string]P
 			offered++
 		}
 	}
+	c.rememberPreemption(uid, out)
 	return out
-}
-
-// candidate is a pod that may be preempted on a node.
-type candidate struct {
-	rec      *podRecord
-	meta     podMeta
-	proposed bool
 }
 
 // setCost orders victim sets of equal size: lower is better.
@@ -380,40 +398,114 @@ func (a setCost) less(b setCost) bool {
 	return a.notProposed < b.notProposed
 }
 
-// chooseOn decides the victims on one node. Called with c.mu held (read).
-func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal, pdbs PDBLister, budget int) (Victims, bool) {
-	work := c.nominatedState(n, p, uid)
-	if work == nil {
-		work = n.state.Clone()
+// candidate is a pod that may be preempted on a node, with what it holds there (copied).
+type candidate struct {
+	uid   types.UID
+	holds []core.Holding
+	// host is the CPU and memory it holds on the node (hasHost), cpus its exclusive CPUs per
+	// NUMA node (nil: none counted).
+	host     core.HostRequest
+	hasHost  bool
+	cpus     []int
+	meta     podMeta
+	proposed bool
+}
+
+// release gives back on st what the candidate holds; hold takes it again.
+func (cd *candidate) release(st *core.NodeState) {
+	for _, h := range cd.holds {
+		st.Unhold(h)
 	}
+	if cd.hasHost {
+		st.UnholdHost(cd.host)
+	}
+	st.UnholdCPUs(cd.cpus)
+}
+
+func (cd *candidate) hold(st *core.NodeState) {
+	for _, h := range cd.holds {
+		st.Hold(h)
+	}
+	if cd.hasHost {
+		st.HoldHost(cd.host)
+	}
+	st.HoldCPUs(cd.cpus)
+}
+
+// candidateOf copies what rec holds on node n. Called with c.mu held (read).
+func (c *Cache) candidateOf(n *nodeEntry, rec *podRecord, m podMeta, proposed bool) candidate {
+	cd := candidate{uid: rec.uid, holds: slices.Clone(rec.applied), cpus: c.cpusHeldBy(n, rec.uid), meta: m, proposed: proposed}
+	if hr, ok := c.hosts[rec.uid]; ok && hr.node == rec.node {
+		cd.host, cd.hasHost = hr.req, true
+	}
+	return cd
+}
+
+// preemptInput is what the search for victims on one node reads: copied from the cache under its
+// lock (preemptInputOf), searched without it (choose).
+type preemptInput struct {
+	name string
+	// work is the node's state as the preemptor sees it (nominees of equal or higher priority
+	// hold theirs), with the pods being deleted and the proposed victims without cards released.
+	work *core.NodeState
+	// pool are the candidates, least important first; kept the proposed victims without cards.
+	pool     []candidate
+	kept     []podMeta
+	keptUIDs []types.UID
+	// leaving: lower-priority pods being deleted here hold what the preemptor can use.
+	leaving bool
+	prop    Proposal
+	// metas are what victimsOf reads of every pod the answer may name.
+	metas map[types.UID]podMeta
+	// Set by ChooseVictims: the call's copy of the task mix, panic handler, Fit buffers and
+	// deadlines (minimum sets until deadline, nothing after limit).
+	mix             *core.TaskMix
+	onPanic         PanicHandler
+	scratch         *core.Scratch
+	deadline, limit time.Time
+}
+
+// preemptInputOf copies what the search for victims of p (uid) on node reads; false when the node
+// is no candidate whatever the search finds. Called with c.mu held (read).
+func (c *Cache) preemptInputOf(node string, uid types.UID, p *core.Pod, prop Proposal) (*preemptInput, bool) {
+	n, ok := c.nodes[node]
+	if !ok || n.state == nil {
+		return nil, false
+	}
+	in := &preemptInput{name: node, prop: prop, metas: map[types.UID]podMeta{}}
+	in.work = c.nominatedState(n, p, uid)
+	if in.work == nil {
+		in.work = n.state.Clone()
+	}
+	work := in.work
 	proposed := map[types.UID]bool{}
-	var kept []podMeta
-	var keptUIDs []types.UID
 	for _, v := range prop.Victims {
 		proposed[v] = true
+		m, known := c.preempt.meta[v]
+		in.metas[v] = m
 		if rec := n.pods[v]; rec != nil && len(rec.applied) > 0 {
 			continue
 		}
 		// Holds no cards here: kube-scheduler chose it for what it models alone. It stays.
-		m, known := c.preempt.meta[v]
 		if known && m.priority >= p.Priority {
-			return Victims{}, false // never happens with kube-scheduler's own proposals
+			return nil, false // never happens with kube-scheduler's own proposals
 		}
 		if hr, ok := c.hosts[v]; ok && hr.node == n.name {
 			work.UnholdHost(hr.req)
 		}
-		kept, keptUIDs = append(kept, m), append(keptUIDs, v)
+		work.UnholdCPUs(c.cpusHeldBy(n, v))
+		in.kept, in.keptUIDs = append(in.kept, m), append(in.keptUIDs, v)
 	}
 	// Candidates whose cards the pod cannot use free nothing it needs, unless it lacks CPU or
-	// memory: then every pod holding some may help.
+	// memory, or exclusive CPUs on a node whose kubelet aligns them: then every pod holding some
+	// may help.
 	hostShort := !work.Host.Fits(p.Host.CPUMilli, p.Host.MemMiB, core.HostRequest{})
-	useful := func(rec *podRecord) bool {
-		if hostShort {
-			if hr, ok := c.hosts[rec.uid]; ok && hr.node == n.name {
-				return true
-			}
+	cpuShort := p.HoldsExclusiveCPUs() && work.CountsCPUs()
+	useful := func(cd *candidate) bool {
+		if (hostShort && cd.hasHost) || (cpuShort && cd.cpus != nil) {
+			return true
 		}
-		for _, h := range rec.applied {
+		for _, h := range cd.holds {
 			if i, ok := work.CardIndex(h.UUID); ok && p.Accepts(&work.Cards[i]) && servesAny(&work.Cards[i], p) {
 				return true
 			}
@@ -423,25 +515,29 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 	// Pods being deleted free their cards anyway: released from the start, never named as victims.
 	// Naming one races with its end: kube-scheduler's preemption of a pod already gone fails ("not
 	// found") and leaves the preemptor waiting for a deletion it never sees again.
-	var pool []candidate
-	leaving := false
 	for _, rec := range n.pods {
 		if rec.uid == uid || rec.reserved || len(rec.applied) == 0 {
 			continue
 		}
 		m, ok := c.preempt.meta[rec.uid]
 		if ok && m.terminating {
-			leaving = leaving || (m.priority < p.Priority && useful(rec))
-			c.release(work, rec)
+			cd := c.candidateOf(n, rec, m, false)
+			in.leaving = in.leaving || (m.priority < p.Priority && useful(&cd))
+			cd.release(work)
 			continue
 		}
-		if !ok || m.priority >= p.Priority || !useful(rec) {
+		if !ok || m.priority >= p.Priority {
 			continue
 		}
-		pool = append(pool, candidate{rec: rec, meta: m, proposed: proposed[rec.uid]})
+		cd := c.candidateOf(n, rec, m, proposed[rec.uid])
+		if !useful(&cd) {
+			continue
+		}
+		in.metas[rec.uid] = m
+		in.pool = append(in.pool, cd)
 	}
 	// Least important first: lowest priority, proposed by kube-scheduler, started last.
-	slices.SortFunc(pool, func(a, b candidate) int {
+	slices.SortFunc(in.pool, func(a, b candidate) int {
 		switch {
 		case a.meta.priority != b.meta.priority:
 			return int(a.meta.priority) - int(b.meta.priority)
@@ -453,68 +549,92 @@ func (c *Cache) chooseOn(n *nodeEntry, uid types.UID, p *core.Pod, prop Proposal
 		case !a.meta.start.Equal(b.meta.start):
 			return b.meta.start.Compare(a.meta.start)
 		}
-		return strings.Compare(string(a.rec.uid), string(b.rec.uid))
+		return strings.Compare(string(a.uid), string(b.uid))
 	})
-	fits := func(set []int) bool {
-		for _, i := range set {
-			c.release(work, pool[i].rec)
-		}
-		plan, _, _ := c.fitOn(n.name, work, p, nil)
-		for _, i := range set {
-			c.hold(work, pool[i].rec)
-		}
-		return plan != nil
+	return in, true
+}
+
+// fits reports whether p fits the work state once the candidates of set are released; a panic in
+// Fit counts as no fit (and is told to the panic handler).
+func (in *preemptInput) fits(p *core.Pod, set []int) (ok bool) {
+	for _, i := range set {
+		in.pool[i].release(in.work)
 	}
+	defer func() {
+		for _, i := range set {
+			in.pool[i].hold(in.work)
+		}
+		if v := recover(); v != nil {
+			*in.scratch = core.Scratch{}
+			if in.onPanic != nil {
+				in.onPanic(in.name, v, debug.Stack())
+			}
+			ok = false
+		}
+	}()
+	plan, _ := p.FitWith(in.work, in.mix, in.scratch)
+	return plan != nil
+}
+
+// choose decides the victims on the node from its copied inputs, without the cache (victimsOf
+// reads in.metas). budget bounds the Fit calls of the minimum-set search.
+func (in *preemptInput) choose(p *core.Pod, pdbs PDBLister, budget int) (Victims, bool) {
+	fits := func(set []int) bool { return in.fits(p, set) }
 	if fits(nil) {
-		if leaving {
+		if in.leaving {
 			// Pods already leaving make room: no pod need go. The node is no candidate now; the
 			// pod fits once they are gone, and kube-scheduler tries it again when they are.
 			return Victims{}, false
 		}
 		// No card needs freeing: kube-scheduler's victims stand for what it models itself.
-		if len(prop.Victims) == 0 {
+		if len(in.prop.Victims) == 0 {
 			return Victims{}, false
 		}
-		return c.victimsOf(prop.Victims, prop.PDBViolations, pdbs), true
+		return victimsOf(in.prop.Victims, in.metas, in.prop.PDBViolations, pdbs), true
 	}
-	all := make([]int, len(pool))
+	all := make([]int, len(in.pool))
 	for i := range all {
 		all[i] = i
 	}
-	if len(pool) == 0 || !fits(all) {
+	if len(in.pool) == 0 || !fits(all) {
 		return Victims{}, false
 	}
 	cost := func(set []int) setCost {
 		var sc setCost
-		metas := slices.Clone(kept)
+		metas := slices.Clone(in.kept)
 		for k, i := range set {
-			pr := int64(pool[i].meta.priority)
+			pr := int64(in.pool[i].meta.priority)
 			if k == 0 || pr > sc.maxPrio {
 				sc.maxPrio = pr
 			}
 			sc.sumPrio += pr
-			if !pool[i].proposed {
+			if !in.pool[i].proposed {
 				sc.notProposed++
 			}
-			metas = append(metas, pool[i].meta)
+			metas = append(metas, in.pool[i].meta)
 		}
 		sc.pdb = pdbViolations(metas, pdbs)
 		return sc
 	}
-	best := minimumSet(len(pool), budget, fits, cost)
+	pastDeadline := func() bool { return time.Now().After(in.deadline) }
+	best := minimumSet(len(in.pool), budget, fits, cost, pastDeadline)
 	if best == nil {
-		best = minimalSet(all, fits)
+		pastLimit := func() bool { return time.Now().After(in.limit) }
+		if best = minimalSet(all, fits, pastLimit); best == nil {
+			return Victims{}, false // out of time: the node is left out of the answer
+		}
 	}
-	uids := slices.Clone(keptUIDs)
+	uids := slices.Clone(in.keptUIDs)
 	for _, i := range best {
-		uids = append(uids, pool[i].rec.uid)
+		uids = append(uids, in.pool[i].uid)
 	}
-	return c.victimsOf(uids, -1, pdbs), true
+	return victimsOf(uids, in.metas, -1, pdbs), true
 }
 
 // minimumSet finds the smallest set of indexes below k that fits, the best by cost among sets of
-// that size; nil when the budget of Fit calls runs out first.
-func minimumSet(k, budget int, fits func([]int) bool, cost func([]int) setCost) []int {
+// that size; nil when the budget of Fit calls runs out, or stop says so (checked before every
+// Fit: a search on a large node must not run past the call's deadline), first.
+func minimumSet(k, budget int, fits func([]int) bool, cost func([]int) setCost, stop func() bool) []int {
 	for size := 1; size <= k; size++ {
 		var best []int
 		var bestCost setCost
@@ -523,7 +643,7 @@ func minimumSet(k, budget int, fits func([]int) bool, cost func([]int) setCost) 
 			combo[i] = i
 		}
 		for {
-			if budget == 0 {
+			if budget == 0 || stop() {
 				return nil
 			}
 			budget--
@@ -553,10 +673,14 @@ func minimumSet(k, budget int, fits func([]int) bool, cost func([]int) setCost) 
 }
 
 // minimalSet starts from every candidate of all (least important first) and spares each one,
-// most important first, while the pod still fits without it.
-func minimalSet(all []int, fits func([]int) bool) []int {
+// most important first, while the pod still fits without it; nil when stop says so (checked
+// before every Fit) first.
+func minimalSet(all []int, fits func([]int) bool, stop func() bool) []int {
 	set := slices.Clone(all)
 	for j := len(all) - 1; j >= 0; j-- {
+		if stop() {
+			return nil
+		}
 		without := slices.DeleteFunc(slices.Clone(set), func(i int) bool { return i == all[j] })
 		if fits(without) {
 			set = without
@@ -567,14 +691,14 @@ func minimalSet(all []int, fits func([]int) bool) []int {
 
 // victimsOf renders victims in decreasing priority (earliest started first among equals, as
 // kube-scheduler's MoreImportantPod orders them), with their PDB violations (pdb < 0: count them).
-func (c *Cache) victimsOf(uids []types.UID, pdb int64, pdbs PDBLister) Victims {
+func victimsOf(uids []types.UID, metas map[types.UID]podMeta, pdb int64, pdbs PDBLister) Victims {
 	type victim struct {
 		uid types.UID
 		m   podMeta
 	}
 	vs := make([]victim, len(uids))
 	for i, u := range uids {
-		vs[i] = victim{uid: u, m: c.preempt.meta[u]}
+		vs[i] = victim{uid: u, m: metas[u]}
 	}
 	slices.SortStableFunc(vs, func(a, b victim) int {
 		if a.m.priority != b.m.priority {
@@ -583,7 +707,7 @@ func (c *Cache) victimsOf(uids []types.UID, pdb int64, pdbs PDBLister) Victims {
 		return a.m.start.Compare(b.m.start)
 	})
 	out := Victims{PDBViolations: pdb}
-	metas := make([]podMeta, len(vs))
+	ms := make([]podMeta, len(vs))
 	for i, v := range vs {
 		out.Pods = append(out.Pods, v.uid)
 		key := string(v.uid)
@@ -591,10 +715,10 @@ func (c *Cache) victimsOf(uids []types.UID, pdb int64, pdbs PDBLister) Victims {
 			key = v.m.namespace + "/" + v.m.name
 		}
 		out.Keys = append(out.Keys, key)
-		metas[i] = v.m
+		ms[i] = v.m
 	}
 	if pdb < 0 {
-		out.PDBViolations = pdbViolations(metas, pdbs)
+		out.PDBViolations = pdbViolations(ms, pdbs)
 	}
 	return out
 }
@@ -710,6 +834,13 @@ func (s *Server) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptio
 				res.NodeNameToMetaVictims[node] = metaVictims(prop.Victims, prop.PDBViolations)
 			}
 		}
+		return res
+	}
+	if why, waiting := s.cache.PreemptionUnderWay(args.Pod.UID, p); waiting {
+		// No node: kube-scheduler keeps the pod's nomination and tries it again when the pods
+		// leaving are gone (preempt_repeat.go).
+		s.metrics.requests.WithLabelValues("preempt", "ok").Inc()
+		log.V(2).Info("preempt: an earlier preemption of the pod is under way; no node", logging.KeyReason, why)
 		return res
 	}
 	chosen := s.cache.ChooseVictims(args.Pod.UID, p, proposals, s.refusedNodes(args.Pod.UID), s.pdbs)

@@ -415,6 +415,9 @@ func TestPreemptRoute(t *testing.T) {
 	})
 }
 
+// never is a stop function that never stops a search.
+func never() bool { return false }
+
 func TestMinimalSetWhenBudgetRunsOut(t *testing.T) {
 	// 40 candidates, the pod fits once candidates 3, 17 and 30 are all gone: C(40,1..3) exceeds
 	// the budget, so the reprieve finds the set instead.
@@ -429,7 +432,7 @@ func TestMinimalSetWhenBudgetRunsOut(t *testing.T) {
 		}
 		return true
 	}
-	if got := minimumSet(40, preemptFitBudget, fits, func([]int) setCost { return setCost{} }); got != nil {
+	if got := minimumSet(40, preemptFitBudget, fits, func([]int) setCost { return setCost{} }, never); got != nil {
 		t.Fatalf("minimumSet = %v, want nil past the budget", got)
 	}
 	if calls != preemptFitBudget {
@@ -439,15 +442,15 @@ func TestMinimalSetWhenBudgetRunsOut(t *testing.T) {
 	for i := range all {
 		all[i] = i
 	}
-	if got := minimalSet(all, fits); !slices.Equal(got, need) {
+	if got := minimalSet(all, fits, never); !slices.Equal(got, need) {
 		t.Errorf("minimalSet = %v, want %v", got, need)
 	}
 	// Small pools find the minimum.
-	if got := minimumSet(8, preemptFitBudget, fits, func([]int) setCost { return setCost{} }); got != nil {
+	if got := minimumSet(8, preemptFitBudget, fits, func([]int) setCost { return setCost{} }, never); got != nil {
 		t.Errorf("need 17, 30 out of range: got %v", got)
 	}
 	need = []int{2, 5}
-	if got := minimumSet(8, preemptFitBudget, fits, func([]int) setCost { return setCost{} }); !slices.Equal(got, need) {
+	if got := minimumSet(8, preemptFitBudget, fits, func([]int) setCost { return setCost{} }, never); !slices.Equal(got, need) {
 		t.Errorf("minimumSet = %v, want %v", got, need)
 	}
 }

@@ -23,7 +23,12 @@ import (
 //     earlier Binding of the same reservation whose outcome was unknown may still commit, so the
 //     reservation goes only if there was none (Release);
 //   - otherwise (a timeout, a lost reply, an unreadable pod) the outcome is unknown: the reservation
-//     stays and is marked unsettled (MarkUnsettled). A retry on the same node writes the same
+//     stays and is marked unsettled (MarkUnsettled).
+//
+// A Binding counts from the moment it may have been sent (StartBinding, before the POST), not from
+// its read-back: kube-scheduler retries a bind after its extender timeout while the first attempt
+// may still be waiting on the API server, and a refusal of the retry must not free cards the first
+// attempt's Binding may still take. A retry on the same node writes the same
 //     assignment; no other node may take the pod (ErrBindPending).
 //
 // An unsettled reservation is freed by the informer showing the pod bound or deleted, by a later
@@ -116,14 +121,19 @@ func (c *Cache) reservedNode(uid types.UID) (string, bool) {
 }
 
 // Release drops a reservation made by Reserve after a Binding the API server refused (this write
-// did not land), unless the reservation is unsettled: an earlier Binding of it whose outcome was
-// unknown may still commit. It reports whether the reservation is gone. Records seen by the
-// informer stay.
+// did not land) and ends that attempt (StartBinding), unless another Binding of the reservation may
+// still commit: one whose outcome was unknown (unsettled), or one still being posted or read back
+// by a concurrent bind (kube-scheduler retries after its extender timeout while the first attempt
+// may still be waiting on the API server). It reports whether the reservation is gone. Records
+// seen by the informer stay.
 func (c *Cache) Release(uid types.UID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.pods[uid]; old != nil && old.reserved && old.unsettled {
-		return false
+	if old := c.pods[uid]; old != nil && old.reserved {
+		old.posting = max(old.posting-1, 0)
+		if old.unsettled || old.posting > 0 {
+			return false
+		}
 	}
 	c.drop(uid)
 	return true
@@ -149,12 +159,35 @@ func (c *Cache) drop(uid types.UID) {
 	}
 }
 
-// MarkUnsettled records that a Binding of the pod's reservation had an unknown outcome: until proof
+// StartBinding records that a Binding of the pod's reservation may be sent from now on: until the
+// bind that sends it settles it (BindingAnswered, Release, MarkUnsettled, or proof such as
+// ReleaseProven), no other attempt's refusal frees the reservation. Callers call it before the
+// POST, never after: the write may commit the moment it leaves.
+func (c *Cache) StartBinding(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.pods[uid]; old != nil && old.reserved {
+		old.posting++
+	}
+}
+
+// BindingAnswered ends an attempt (StartBinding) whose Binding committed: the reservation stays
+// until the informer shows the pod bound.
+func (c *Cache) BindingAnswered(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.pods[uid]; old != nil && old.reserved {
+		old.posting = max(old.posting-1, 0)
+	}
+}
+
+// MarkUnsettled ends an attempt (StartBinding) whose Binding had an unknown outcome: until proof
 // that it cannot land, Release keeps the reservation.
 func (c *Cache) MarkUnsettled(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.pods[uid]; old != nil && old.reserved {
+		old.posting = max(old.posting-1, 0)
 		old.unsettled = true
 	}
 }

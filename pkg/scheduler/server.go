@@ -541,9 +541,13 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		}
 		return "no_fit", err
 	}
+	// From here the Binding may have been sent: the reservation is unsettled until this attempt
+	// is (a concurrent retry's refusal must not free it).
+	s.cache.StartBinding(pod.UID)
 	if err := s.writeAndBind(ctx, pod, asg); err != nil {
 		switch outcome, got := s.settle(ctx, pod, asg, err); outcome {
 		case bindCommitted:
+			s.cache.BindingAnswered(pod.UID)
 			log.Info("binding reported an error but committed", logging.KeyReason, err.Error())
 			return "bound", nil
 		case bindGone:
@@ -563,6 +567,7 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		s.event(pod, err)
 		return "error", err
 	}
+	s.cache.BindingAnswered(pod.UID)
 	if log := log.V(2); log.Enabled() {
 		log.Info("bound", logging.KeyDevices, fmt.Sprint(asg.Containers))
 	}

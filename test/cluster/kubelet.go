@@ -81,6 +81,10 @@ type KubeletSpec struct {
 	// unless Config sets systemReserved or reservedMemory, the harness reserves
 	// staticMemoryReserve of NUMA node 0 (the kubelet refuses Static without a reservation).
 	MemoryManagerPolicy string
+	// StaticPods are pod manifests (file name -> YAML) written to the kubelet's staticPodPath
+	// before it starts: it runs them as static pods and creates their mirror pods in the API
+	// server. None: the kubelet has no staticPodPath.
+	StaticPods map[string]string
 }
 
 // staticMemoryReserve is the memory the harness reserves on NUMA node 0 for the Static memory
@@ -214,7 +218,19 @@ func (c *Cluster) AddKubelet(t TB, spec KubeletSpec) *Kubelet {
 	if err != nil {
 		t.Fatalf("kubelet %s: %v", spec.Name, err)
 	}
-	config, err := kubeletConfig(ports[0], ports[1], "unix://"+criSocket, spec.Config, managers)
+	staticDir := ""
+	if len(spec.StaticPods) > 0 {
+		staticDir = filepath.Join(dir, "manifests")
+		if err := os.MkdirAll(staticDir, 0o755); err != nil {
+			t.Fatalf("kubelet %s: %v", spec.Name, err)
+		}
+		for name, manifest := range spec.StaticPods {
+			if err := os.WriteFile(filepath.Join(staticDir, filepath.Base(name)), []byte(manifest), 0o644); err != nil {
+				t.Fatalf("kubelet %s: static pod %s: %v", spec.Name, name, err)
+			}
+		}
+	}
+	config, err := kubeletConfig(ports[0], ports[1], "unix://"+criSocket, staticDir, spec.Config, managers)
 	if err != nil {
 		t.Fatalf("kubelet %s: %v", spec.Name, err)
 	}
@@ -280,7 +296,7 @@ func (k *Kubelet) namespaceArgs() ([]string, error) {
 
 // kubeletConfig is the KubeletConfiguration that runs a kubelet without a real runtime, cgroup
 // setup or host changes, on the given ports, with each overrides map merged over it in turn.
-func kubeletConfig(port, healthzPort int, criEndpoint string, overrides ...map[string]any) ([]byte, error) {
+func kubeletConfig(port, healthzPort int, criEndpoint, staticPodPath string, overrides ...map[string]any) ([]byte, error) {
 	cfg := map[string]any{
 		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
 		"kind":                        "KubeletConfiguration",
@@ -314,7 +330,7 @@ func kubeletConfig(port, healthzPort int, criEndpoint string, overrides ...map[s
 		"protectKernelDefaults":    true,
 		"failCgroupV1":             false,
 		"containerRuntimeEndpoint": criEndpoint,
-		"staticPodPath":            "",
+		"staticPodPath":            staticPodPath, // KubeletSpec.StaticPods' folder, or none
 		// Kubelet 1.34 writes the ephemeral-storage capacity into the container manager's map when
 		// that manager starts, while DRA's startup goroutine may already read the same map for the
 		// first node status: "concurrent map iteration and map write" killed a CI kubelet at start

@@ -11,7 +11,7 @@ import (
 // kubelet died at start with "concurrent map iteration and map write"): no override may turn
 // local storage isolation back on.
 func TestKubeletConfigNeverWritesCapacityAfterStart(t *testing.T) {
-	raw, err := kubeletConfig(10250, 10248, "unix:///cri.sock", map[string]any{"localStorageCapacityIsolation": true})
+	raw, err := kubeletConfig(10250, 10248, "unix:///cri.sock", "", map[string]any{"localStorageCapacityIsolation": true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -611,6 +611,13 @@ func (r *nodeRun) deleteAll(t *testing.T) {
 // that each node's inventory carries its kubelet's facts.
 func startTopologyStack(t *testing.T, nodes []tmNode) *env {
 	t.Helper()
+	return startTopologyStackWith(t, nodes, nil)
+}
+
+// startTopologyStackWith is startTopologyStack whose kubelets run static pods: staticPods[node]
+// are the node's manifests (file name -> YAML, see cluster.KubeletSpec.StaticPods).
+func startTopologyStackWith(t *testing.T, nodes []tmNode, staticPods map[string]map[string]string) *env {
+	t.Helper()
 	root, err := stack.Root()
 	if err != nil {
 		t.Fatalf("%v", err)
@@ -623,6 +630,7 @@ func startTopologyStack(t *testing.T, nodes []tmNode) *env {
 			TopologyManagerScope:  n.scope,
 			CPUManagerPolicy:      annotations.CPUManagerPolicyStatic,
 			ReservedCPUs:          "0",
+			StaticPods:            staticPods[n.name],
 		}})
 	}
 	s := stack.Start(t, stack.Options{Root: root, Bin: binaries, SimFile: topologySim(t, nodes), Nodes: specs})
@@ -630,7 +638,11 @@ func startTopologyStack(t *testing.T, nodes []tmNode) *env {
 	if _, err := e.client.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	checkKubeletInventory(t, e, nodes)
+	busy := map[string]bool{}
+	for node, pods := range staticPods {
+		busy[node] = len(pods) > 0
+	}
+	checkKubeletInventory(t, e, nodes, busy)
 	return e
 }
 

@@ -35,6 +35,30 @@ func (n *NodeState) SetExclusiveCPUs(held []int) {
 	n.cpuNode, n.cpuHeld = &node, slices.Clone(held)
 }
 
+// HoldCPUs adds cpus[i] exclusive CPUs on NUMA node i (indexed like Kubelet.NUMA) to the counts
+// the kubelet model reads, and UnholdCPUs takes them away: what-ifs on a copy of the state (a
+// nominee's predicted CPUs, a victim's CPUs given back). Counts stay exact through a round trip
+// (the clamp to the NUMA node's CPUs is applied where the model reads them). A node without a
+// model, or cpus of another length, is left as it is.
+func (n *NodeState) HoldCPUs(cpus []int) { n.addCPUs(cpus, 1) }
+
+// UnholdCPUs removes what HoldCPUs added.
+func (n *NodeState) UnholdCPUs(cpus []int) { n.addCPUs(cpus, -1) }
+
+func (n *NodeState) addCPUs(cpus []int, sign int) {
+	if n.kubelet == nil || len(cpus) == 0 || len(cpus) != len(n.kubelet.node.NUMA) {
+		return
+	}
+	held := slices.Clone(n.cpuHeld)
+	if held == nil {
+		held = n.ExclusiveCPUs()
+	}
+	for i := range held {
+		held[i] += sign * cpus[i]
+	}
+	n.SetExclusiveCPUs(held)
+}
+
 // ExclusiveCPUs returns the exclusive CPUs per NUMA node (indexed like Kubelet.NUMA) the kubelet
 // model reads, nil on a node without a model.
 func (n *NodeState) ExclusiveCPUs() []int {
