@@ -40,9 +40,12 @@ type CardInfo struct {
 	MemoryMiB int64  `json:"memoryMiB"`
 	Shares    int    `json:"shares"`
 	Healthy   bool   `json:"healthy"`
+	// Cordoned is why an operator took the device out of service (kubectl cardinal cordon), with
+	// who did; "" when it is in service.
+	Cordoned string `json:"cordoned,omitempty"`
 	// State is free, shared (some of it held), whole (held alone or every slot taken), held (a MIG
-	// instance someone holds), mig (a parent in MIG mode: its instances are listed after it) or
-	// unhealthy.
+	// instance someone holds), mig (a parent in MIG mode: its instances are listed after it),
+	// unhealthy, or cordoned (out of service: nothing new goes there; its holders stay).
 	State string `json:"state"`
 	// HeldMemoryMiB, HeldCores and HeldSlots are the cache's sums over the holders.
 	HeldMemoryMiB int64        `json:"heldMemoryMiB"`
@@ -78,7 +81,7 @@ func (o *Options) Cards(ctx context.Context, nodeName string) error {
 	for i := range st.Cards {
 		card := &st.Cards[i]
 		r := CardInfo{Index: card.Index, UUID: card.UUID, Model: card.Model, Parent: card.Parent, Profile: card.Profile,
-			NUMA: card.NUMA, MemoryMiB: card.MemoryMiB, Shares: card.Shares, Healthy: card.Healthy,
+			NUMA: card.NUMA, MemoryMiB: card.MemoryMiB, Shares: card.Shares, Healthy: card.Healthy, Cordoned: card.Cordoned,
 			HeldMemoryMiB: card.MemMiB, HeldCores: card.Cores, HeldSlots: card.Held, Holders: holders[card.UUID]}
 		if r.Holders == nil {
 			r.Holders = []CardHolder{}
@@ -88,6 +91,8 @@ func (o *Options) Cards(ctx context.Context, nodeName string) error {
 			r.MIGMode, r.State = card.MIG.Mode, "mig"
 		case !card.Healthy:
 			r.State = "unhealthy"
+		case card.Cordoned != "":
+			r.State = "cordoned"
 		case card.Instance() && card.Held > 0:
 			r.State = "held"
 		case card.Whole > 0 || card.FreeSlots() == 0:
@@ -110,8 +115,11 @@ func (o *Options) Cards(ctx context.Context, nodeName string) error {
 			name = "  " + name + " " + r.Profile
 		}
 		state := r.State
-		if r.MIGMode != "" {
+		switch {
+		case r.MIGMode != "":
 			state = "mig " + r.MIGMode
+		case r.Cordoned != "":
+			state = "cordoned: " + r.Cordoned
 		}
 		head := fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d%%", cell(name), cell(r.UUID), cell(r.Model), r.NUMA, mib(r.MemoryMiB), cell(state),
 			mib(r.HeldMemoryMiB), r.HeldCores)

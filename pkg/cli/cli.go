@@ -2,7 +2,8 @@
 // cards and what is free on them (nodes), who holds each card (cards), and where a pod would go
 // and why not elsewhere (explain). It reads Nodes' inventories and pods' records through the
 // API server and decides with the extender's own cache and decision core (pkg/scheduler), so its
-// answers are the extender's, computed locally: it never calls the extender and writes nothing.
+// answers are the extender's, computed locally: it never calls the extender. It writes only to
+// cordon, uncordon and drain cards (cordon.go).
 package cli
 
 import (

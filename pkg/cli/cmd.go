@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -45,13 +46,19 @@ func Kubeconfig(kubeconfig, kubeContext string) (kubernetes.Interface, string, e
 }
 
 const usage = `kubectl cardinal shows what Cardinal's scheduler extender sees, computed from the cluster's
-GPU inventories and pods' records with the extender's own decision core (read only).
+GPU inventories and pods' records with the extender's own decision core; cordon, uncordon and
+drain are its only writes (a Node annotation per card, and evictions).
 
 Usage:
   kubectl cardinal nodes                  each GPU node: models, cards, what is free, health, NUMA, MIG, TopologyManager policy
   kubectl cardinal cards NODE             each card and MIG instance of NODE and who holds it
   kubectl cardinal explain POD            where POD (in -n) would go now and why not elsewhere
   kubectl cardinal explain -f pod.yaml    the same for a pod not created yet ("-f -": stdin)
+  kubectl cardinal cordon NODE CARD... --reason WHY
+                                          take cards (index or UUID; MIG instances by UUID) out of service:
+                                          nothing new lands there, pods on them keep running
+  kubectl cardinal uncordon NODE CARD...  return them to service
+  kubectl cardinal drain NODE CARD...     evict the pods on cordoned cards (Eviction API: budgets respected)
 
 Flags:
 `
@@ -72,6 +79,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, client Client) er
 	o := Options{Names: annotations.DefaultResourceNames(), Out: stdout}
 	var kubeconfig, kubeContext, namespace, nodePolicy, gpuPolicy string
 	var e ExplainOptions
+	var co CordonOptions
 	fs := pflag.NewFlagSet("kubectl cardinal", pflag.ContinueOnError)
 	fs.SetOutput(stdout)
 	fs.Usage = func() {
@@ -86,6 +94,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, client Client) er
 	fs.StringVar(&nodePolicy, "node-policy", string(annotations.PolicyBinpack), "explain: node policy for pods without cardinal.io/node-policy (binpack, spread, frag-aware); use the extender's --node-policy")
 	fs.StringVar(&gpuPolicy, "gpu-policy", string(annotations.PolicyBinpack), "explain: card policy for pods without cardinal.io/gpu-policy (binpack, spread, frag-aware); use the extender's --gpu-policy")
 	fs.StringVar(&o.SchedulerName, "scheduler-name", "cardinal-scheduler", "kube-scheduler profile whose pods make the task mix frag-aware weighs (the extender's --scheduler-name)")
+	fs.StringVar(&co.Reason, "reason", "", "cordon: why the cards go out of service (required; shown in kubectl describe pod and kubectl cardinal cards)")
+	fs.BoolVar(&co.DryRun, "dry-run", false, "cordon, uncordon: have the API server check the change without making it; drain: list the pods that would be evicted")
+	fs.DurationVar(&co.Timeout, "timeout", 2*time.Minute, "drain: how long to retry evictions a PodDisruptionBudget refuses and to wait for evicted pods to go")
 	o.Names.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,7 +110,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, client Client) er
 	rest := fs.Args()
 	if len(rest) == 0 {
 		fs.Usage()
-		return errors.New("give a command: nodes, cards NODE or explain POD|-f FILE")
+		return errors.New("give a command: nodes, cards NODE, explain POD|-f FILE, cordon|uncordon|drain NODE CARD...")
 	}
 	cmd, rest := rest[0], rest[1:]
 	var err error
@@ -130,8 +141,13 @@ func run(ctx context.Context, args []string, stdout io.Writer, client Client) er
 		if len(rest) == 1 {
 			e.Pod = rest[0]
 		}
+	case "cordon", "uncordon", "drain":
+		if len(rest) < 2 {
+			return fmt.Errorf("%s: give a node and at least one card (usage: kubectl cardinal %s NODE CARD...)", cmd, cmd)
+		}
+		co.Node, co.Cards = rest[0], rest[1:]
 	default:
-		return fmt.Errorf("unknown command %q: want nodes, cards or explain", cmd)
+		return fmt.Errorf("unknown command %q: want nodes, cards, explain, cordon, uncordon or drain", cmd)
 	}
 	if err != nil {
 		return err
@@ -149,6 +165,12 @@ func run(ctx context.Context, args []string, stdout io.Writer, client Client) er
 		return o.Nodes(ctx)
 	case "cards":
 		return o.Cards(ctx, rest[0])
+	case "cordon":
+		return o.Cordon(ctx, co)
+	case "uncordon":
+		return o.Uncordon(ctx, co)
+	case "drain":
+		return o.Drain(ctx, co)
 	}
 	return o.Explain(ctx, e)
 }

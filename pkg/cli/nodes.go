@@ -23,6 +23,9 @@ type NodeSummary struct {
 	Cards     int `json:"cards"`
 	Healthy   int `json:"healthy"`
 	Unhealthy int `json:"unhealthy"`
+	// Cordoned counts the healthy cards an operator took out of service (kubectl cardinal cordon):
+	// they are in Healthy, and in no free count.
+	Cordoned int `json:"cordoned"`
 	// FreeWhole counts healthy cards nothing is held on. FreeSlots and Slots count the device IDs
 	// of healthy cards (a shared card offers its shares), free and in all; FreeMemoryMiB and
 	// MemoryMiB their memory.
@@ -84,10 +87,10 @@ func (o *Options) Nodes(ctx context.Context) error {
 		return err
 	}
 	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tMODELS\tCARDS\tFREE\tSLOTS FREE\tMEMORY FREE\tHEALTHY\tNUMA\tMIG FREE\tTOPOLOGY\tSHARING")
+	fmt.Fprintln(w, "NODE\tMODELS\tCARDS\tFREE\tSLOTS FREE\tMEMORY FREE\tHEALTHY\tCORDONED\tNUMA\tMIG FREE\tTOPOLOGY\tSHARING")
 	for _, r := range rows {
 		if r.Error != "" {
-			fmt.Fprintf(w, "%s\t<bad inventory: %s>\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", cell(r.Name), cell(r.Error))
+			fmt.Fprintf(w, "%s\t<bad inventory: %s>\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", cell(r.Name), cell(r.Error))
 			continue
 		}
 		mig := "-"
@@ -98,8 +101,8 @@ func (o *Options) Nodes(ctx context.Context) error {
 		if r.Memory != "" {
 			sharing += " (memory " + r.Memory + ", compute " + r.Compute + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%s/%s\t%d/%d\t%s\t%s\t%s\t%s\n", cell(r.Name), cell(r.Models), r.Cards, r.FreeWhole,
-			r.FreeSlots, r.Slots, mib(r.FreeMemoryMiB), mib(r.MemoryMiB), r.Healthy, r.Healthy+r.Unhealthy,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%s/%s\t%d/%d\t%d\t%s\t%s\t%s\t%s\n", cell(r.Name), cell(r.Models), r.Cards, r.FreeWhole,
+			r.FreeSlots, r.Slots, mib(r.FreeMemoryMiB), mib(r.MemoryMiB), r.Healthy, r.Healthy+r.Unhealthy, r.Cordoned,
 			ints(r.NUMA), mig, cell(r.TopologyPolicy), cell(sharing))
 	}
 	return w.Flush()
@@ -123,7 +126,7 @@ func summarize(st *core.NodeState) NodeSummary {
 		c := &st.Cards[i]
 		if c.Instance() {
 			r.MIGTotal++
-			if c.Healthy && c.Held == 0 {
+			if c.Healthy && c.Held == 0 && c.Cordoned == "" {
 				r.MIGFree++
 			}
 			continue
@@ -140,11 +143,15 @@ func summarize(st *core.NodeState) NodeSummary {
 			continue
 		}
 		r.Healthy++
+		r.Slots += c.Slots()
+		r.MemoryMiB += c.MemoryMiB
+		if c.Cordoned != "" {
+			r.Cordoned++
+			continue // out of service: nothing of it is free
+		}
 		if c.Held == 0 && c.MemMiB == 0 && c.Cores == 0 {
 			r.FreeWhole++
 		}
-		r.Slots += c.Slots()
-		r.MemoryMiB += c.MemoryMiB
 		if c.Whole == 0 {
 			r.FreeSlots += c.FreeSlots()
 			r.FreeMemoryMiB += c.FreeMemMiB()
