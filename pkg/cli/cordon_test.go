@@ -128,4 +128,3 @@ func TestCordonDrainUncordon(t *testing.T) {
 		t.Errorf("cordon without a reason: exit %d: %s", code, errOut)
 	}
 }
-
