@@ -295,6 +295,9 @@ func (o *Options) Drain(ctx context.Context, c CordonOptions) error {
 		rows[i].Holders = []DrainedPod{}
 		for _, p := range occupants(node.Name, cl.pods, rows[i].UUID) {
 			rows[i].Holders = append(rows[i].Holders, *pods[p])
+			if r := pods[p].Result; !c.DryRun && r != "evicted" {
+				rows[i].Action = "not drained"
+			}
 		}
 	}
 	if err := o.printCordons(rows); err != nil {
