@@ -107,7 +107,7 @@ func TestCordonDrainUncordon(t *testing.T) {
 	}
 	runOn(cs, "cordon", "gpu-a", "GPU-a1", "--reason", "reseat")
 	out, errOut, code = runOn(cs, "drain", "gpu-a", "1", "--timeout", "1s")
-	if code == 0 || !strings.Contains(out, "stayed: Cannot evict pod as it would violate the pod's disruption budget") || !strings.Contains(errOut, "ml/keep") {
+	if code == 0 || !strings.Contains(out, "not drained") || !strings.Contains(out, "stayed: Cannot evict pod as it would violate the pod's disruption budget") || !strings.Contains(errOut, "ml/keep") {
 		t.Errorf("drain of a protected pod: exit %d:\n%s\n%s", code, out, errOut)
 	}
 
