@@ -74,12 +74,12 @@ func TestDevicePluginTokenNeverBesideKubeletRoot(t *testing.T) {
 		copier   bool
 		noCopier bool
 	}{
-		"defaults":                 {values: nil, root: "/var/lib/kubelet"},
-		"kubelet config":           {values: map[string]any{"kubeletConfig": topology}, root: "/var/lib/kubelet", copier: true},
-		"another kubelet root":     {values: map[string]any{"kubeletConfig": topology, "kubeletRootDir": "/data/kubelet/"}, root: "/data/kubelet", copier: true},
-		"no CPU checkpoint":        {values: map[string]any{"kubeletConfig": map[string]any{"path": "/var/lib/kubelet/config.yaml", "cpuManagerState": false}}, root: "/var/lib/kubelet"},
-		"mps":                      {values: map[string]any{"kubeletConfig": topology, "sharing": map[string]any{"mode": "mps"}, "shares": 2}, root: "/var/lib/kubelet", copier: true},
-		"hami-core and MIG":        {values: map[string]any{"kubeletConfig": topology, "sharing": map[string]any{"mode": "hami-core"}, "mig": map[string]any{"monitor": true}}, root: "/var/lib/kubelet", copier: true},
+		"defaults":                     {values: nil, root: "/var/lib/kubelet"},
+		"kubelet config":               {values: map[string]any{"kubeletConfig": topology}, root: "/var/lib/kubelet", copier: true},
+		"another kubelet root":         {values: map[string]any{"kubeletConfig": topology, "kubeletRootDir": "/data/kubelet/"}, root: "/data/kubelet", copier: true},
+		"no CPU checkpoint":            {values: map[string]any{"kubeletConfig": map[string]any{"path": "/var/lib/kubelet/config.yaml", "cpuManagerState": false}}, root: "/var/lib/kubelet"},
+		"mps":                          {values: map[string]any{"kubeletConfig": topology, "sharing": map[string]any{"mode": "mps"}, "shares": 2}, root: "/var/lib/kubelet", copier: true},
+		"hami-core and MIG":            {values: map[string]any{"kubeletConfig": topology, "sharing": map[string]any{"mode": "hami-core"}, "mig": map[string]any{"monitor": true}}, root: "/var/lib/kubelet", copier: true},
 		"simulated with volume-mounts": {values: map[string]any{"kubeletConfig": topology, "simulate": simulated["simulate"], "deviceListStrategy": []any{"volume-mounts", "cdi-cri"}}, root: "/var/lib/kubelet", copier: true},
 	}
 	var build sync.Once
