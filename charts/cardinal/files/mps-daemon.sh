@@ -96,7 +96,9 @@ stop_daemon() {
 # However the script ends, the ready file goes and the control daemon with it: a daemon that failed a
 # step must not serve clients without its limits.
 trap stop_daemon EXIT
+sleeper=
 stop() {
+	[ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null || true
 	stop_daemon
 	[ "$mode" = DEFAULT ] || restore
 	exit 0
@@ -172,9 +174,11 @@ start_daemon() {
 
 start_daemon "$(wanted_epoch)"
 while :; do
-	# In the background, so that SIGTERM is handled at once.
-	sleep "$beat" &
-	wait $! || true
+	# In the background, so that SIGTERM is handled at once (and with no output of its own to hold).
+	sleep "$beat" </dev/null >/dev/null 2>&1 &
+	sleeper=$!
+	wait "$sleeper" || true
+	sleeper=
 	kill -0 "$daemon" 2>/dev/null || die "nvidia-cuda-mps-control exited"
 	want=$(wanted_epoch)
 	if [ "$want" != "$epoch" ]; then
