@@ -69,10 +69,9 @@ func kubeletRootMounts(spec corev1.PodSpec, c corev1.Container, root string) []c
 func TestDevicePluginTokenNeverBesideKubeletRoot(t *testing.T) {
 	topology := map[string]any{"path": "/var/lib/kubelet/config.yaml"}
 	cases := map[string]struct {
-		values   map[string]any
-		root     string
-		copier   bool
-		noCopier bool
+		values map[string]any
+		root   string
+		copier bool
 	}{
 		"defaults":                     {values: nil, root: "/var/lib/kubelet"},
 		"kubelet config":               {values: map[string]any{"kubeletConfig": topology}, root: "/var/lib/kubelet", copier: true},

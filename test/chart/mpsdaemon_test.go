@@ -53,9 +53,9 @@ esac
 
 type mpsRun struct {
 	pipe, log, shm, tenant string
-	cmd       *exec.Cmd
-	stderr    *bytes.Buffer
-	done      chan error
+	cmd                    *exec.Cmd
+	stderr                 *bytes.Buffer
+	done                   chan error
 }
 
 func startMPSScript(t *testing.T, env ...string) *mpsRun {
