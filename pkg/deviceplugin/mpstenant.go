@@ -47,6 +47,10 @@ type mpsTenants struct {
 	epoch     uint64
 	// done is closed once the daemon vouches for epoch; nil when no switch was asked for since start.
 	done chan struct{}
+	// asked is when the last switch was asked for.
+	asked time.Time
+	// check checks the daemon and reports the result (set by watch; nil before).
+	check func(context.Context)
 	// kick wakes the switch watcher.
 	kick chan struct{}
 }
@@ -112,7 +116,7 @@ func (t *mpsTenants) switchTo(namespace string) (bool, error) {
 		return false, fmt.Errorf("MPS tenant request: %w", err)
 	}
 	t.epoch, t.namespace = epoch, namespace
-	t.done = make(chan struct{})
+	t.done, t.asked = make(chan struct{}), time.Now()
 	select {
 	case t.kick <- struct{}{}:
 	default:
@@ -149,6 +153,26 @@ func (t *mpsTenants) pending() <-chan struct{} {
 	}
 }
 
+// switching reports whether a switch is pending, asked for less than d ago.
+func (t *mpsTenants) switching(d time.Duration) bool {
+	if t.pending() == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return time.Since(t.asked) < d
+}
+
+// recheck checks the daemon now and reports the result, once watch runs.
+func (t *mpsTenants) recheck(ctx context.Context) {
+	t.mu.Lock()
+	check := t.check
+	t.mu.Unlock()
+	if check != nil {
+		check(ctx)
+	}
+}
+
 // wait waits for a pending switch to end, at most d (or until ctx ends).
 func (t *mpsTenants) wait(ctx context.Context, d time.Duration) {
 	ch := t.pending()
@@ -167,6 +191,9 @@ func (t *mpsTenants) wait(ctx context.Context, d time.Duration) {
 // watch checks the daemon every tenantPoll while a switch is pending, and reports each result
 // through set (which the probe's success ends the switch through), until ctx ends.
 func (t *mpsTenants) watch(ctx context.Context, probe SharingProbe, set func(error), log logr.Logger) {
+	t.mu.Lock()
+	t.check = func(ctx context.Context) { set(probe.Check(ctx)) }
+	t.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():

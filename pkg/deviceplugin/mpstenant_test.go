@@ -143,6 +143,15 @@ func TestMPSTenantSwitchStartsTheDaemonAfresh(t *testing.T) {
 		t.Fatalf("Allocate returned (%v) before the daemon started afresh", r.err)
 	default:
 	}
+	// The check fails while the daemon restarts, yet the inventory stays ready: team-a's next pods
+	// may come (they wait in Allocate), and no other namespace's may anyway.
+	if err := probe.Check(context.Background()); err == nil {
+		t.Fatal("the daemon still at epoch 0 passed the check")
+	}
+	p.SetSharingHealth(probe.Check(context.Background()))
+	if s := p.Inventory().Sharing; s == nil || !s.Ready {
+		t.Errorf("inventory sharing %+v during a tenant switch, want ready", s)
+	}
 	// The daemon script restarts: empty folders, a new socket, the ready file for epoch 1.
 	restarted := time.Now()
 	writeMPSReadyEpoch(t, pipe, 4, 1, restarted)
@@ -186,9 +195,28 @@ func TestMPSTenantSwitchStartsTheDaemonAfresh(t *testing.T) {
 		t.Fatalf("second tenant once the daemon served epoch 2: %v", err)
 	}
 
+	// A switch the daemon never completes stops counting as ready after tenantSwitchWait.
+	p.UpsertPod(inNS("team-a", newPod("a3", ctr{name: "main", ids: slot(2, 0), memMiB: 20000})))
+	p.DeletePod(inNS("team-b", newPod("b2", ctr{name: "main", ids: slot(1, 0), memMiB: 20000})))
+	p.UpsertPod(inNS("team-a", newPod("a4", ctr{name: "main", ids: slot(2, 1), memMiB: 20000})))
+	p.SetSharingHealth(probe.Check(context.Background()))
+	if s := p.Inventory().Sharing; !s.Ready {
+		t.Errorf("inventory sharing %+v just after a switch was asked for, want ready", s)
+	}
+	p.tenants.mu.Lock()
+	p.tenants.asked = time.Now().Add(-tenantSwitchWait - time.Second)
+	p.tenants.mu.Unlock()
+	p.SetSharingHealth(probe.Check(context.Background()))
+	if s := p.Inventory().Sharing; s.Ready {
+		t.Errorf("inventory sharing %+v for a switch the daemon never completed, want not ready", s)
+	}
+	if got := readRequest(t, tenants); got != "epoch=3\nnamespace=team-a\n" {
+		t.Fatalf("request back to team-a: %q", got)
+	}
+
 	again, err := loadMPSTenants(tenants)
-	if err != nil || again.wanted() != 2 || again.namespace != "team-b" {
-		t.Fatalf("after a restart: epoch %d namespace %q (%v), want 2 team-b", again.wanted(), again.namespace, err)
+	if err != nil || again.wanted() != 3 || again.namespace != "team-a" {
+		t.Fatalf("after a restart: epoch %d namespace %q (%v), want 3 team-a", again.wanted(), again.namespace, err)
 	}
 	if again.pending() != nil {
 		t.Error("a restarted plugin waits for a switch it did not ask for")

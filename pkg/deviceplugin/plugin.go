@@ -283,6 +283,13 @@ func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
 // errSharingUnchecked is the sharing state before the first check.
 var errSharingUnchecked = errors.New("not checked yet")
 
+// sharingReadyLocked is the readiness the inventory publishes: the last check passed, or the MPS
+// daemon is starting afresh for a new tenant (for at most tenantSwitchWait): the new tenant's next
+// pods may come (Allocate waits for the daemon), and no other namespace's may anyway. p.mu held.
+func (p *Plugin) sharingReadyLocked() bool {
+	return p.sharingErr == nil || (p.tenants != nil && p.tenants.switching(tenantSwitchWait))
+}
+
 // sharingProbe is the probe of the node's sharing mode (nil for mode none).
 func (p *Plugin) sharingProbe(shares int) SharingProbe {
 	probe := p.sharing.probe(shares)
@@ -297,8 +304,9 @@ func (p *Plugin) sharingProbe(shares int) SharingProbe {
 // reports whether readiness changed, and then has the inventory rewritten.
 func (p *Plugin) SetSharingHealth(err error) bool {
 	p.mu.Lock()
-	changed := (err == nil) != (p.sharingErr == nil)
+	was := p.sharingReadyLocked()
 	p.sharingErr = err
+	changed := p.sharingReadyLocked() != was
 	p.mu.Unlock()
 	if changed {
 		p.devicesChanged()
@@ -313,7 +321,7 @@ func (p *Plugin) Inventory() annotations.Inventory {
 	inv := p.table.inventory()
 	if p.sharing.enforced() || p.limiter != nil {
 		memory, compute := memoryEnforcement(p.sharing.Mode, p.memBackend)
-		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingErr == nil,
+		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingReadyLocked(),
 			EnforcementV: annotations.EnforcementVersion, Memory: memory, Compute: compute, ExclusiveCards: p.sharing.exclusiveCards()}
 	}
 	return inv
@@ -507,6 +515,9 @@ func (p *Plugin) allocate(ctx context.Context, res corev1.ResourceName, req *plu
 	if p.tenants != nil && p.tenants.pending() != nil {
 		p.mu.Unlock()
 		p.tenants.wait(ctx, tenantSwitchWait)
+		// A periodic check that began before the daemon vouched may have reported the switch
+		// after it ended: check again before serving.
+		p.tenants.recheck(ctx)
 		holders, _ = p.lockWhenVisible(ctx, res, list, p.cacheWait, ready)
 	}
 	served, toRecord, aerr := p.serveLocked(res, holders, req, resp)
