@@ -1,9 +1,12 @@
 package chart
 
 import (
+	"maps"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -221,5 +224,106 @@ func checkCopier(t *testing.T, spec corev1.PodSpec, copier corev1.Container, roo
 	args := append(append([]string(nil), copier.Args...), "--help")
 	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
 		t.Errorf("device-plugin %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestREADMEListsThePluginsHostPaths compares the README's table of the device plugin's host paths
+// (section "Device plugin", between plugin-host-paths markers) with the host paths the chart's
+// DaemonSet mounts, each container and its access, over renders that turn every option on: a host
+// path added to the chart fails here until the README lists it, and a row the chart no longer
+// mounts fails too (issue 34 item 4: "what the plugin can read is listed in the README").
+func TestREADMEListsThePluginsHostPaths(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- plugin-host-paths:begin -->", "<!-- plugin-host-paths:end -->"
+	s := string(raw)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md: no %s ... %s table", begin, end)
+	}
+	// The values of the renders below, as the README's <...> names them.
+	values := map[string]string{
+		"<root>": "/data/kubelet", "<sharing.kernelMemoryLimits.cgroupHostPath>": "/host/cgroup2", "<kubeletConfig.path>": "/etc/kubelet/config.yaml",
+		"<sysfsHostPath>": "/data/sys", "<sharing.mps.root>": "/data/mps", "<dirname(sharing.hamiCore.libraryPath)>": "/data/vgpu",
+		"<sharing.hamiCore.preloadDir>": "/data/preload", "<sharing.hamiCore.lockDir>": "/data/lock", "<driverLibHostPath>": "/data/nvidia",
+	}
+	var listed []string
+	for _, line := range strings.Split(s[i:j], "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) != 5 {
+			t.Errorf("README: host-path row with %d cells, want 5: %s", len(cells), line)
+			continue
+		}
+		for k := range cells {
+			cells[k] = strings.TrimSpace(strings.ReplaceAll(cells[k], "`", ""))
+		}
+		path := cells[0]
+		for name, v := range values {
+			path = strings.ReplaceAll(path, name, v)
+		}
+		listed = append(listed, path+" | "+cells[1]+" | "+cells[2])
+	}
+	common := map[string]any{
+		"kubeletRootDir": "/data/kubelet", "kubeletConfig": map[string]any{"path": "/etc/kubelet/config.yaml"}, "sysfsHostPath": "/data/sys",
+		"driverLibHostPath": "/data/nvidia", "deviceListStrategy": []any{"volume-mounts"},
+	}
+	withSharing := func(sharing map[string]any) map[string]any {
+		v := maps.Clone(common)
+		sharing["kernelMemoryLimits"] = map[string]any{"cgroupHostPath": "/host/cgroup2"}
+		v["sharing"] = sharing
+		return map[string]any{"devicePlugin": v}
+	}
+	var mounted []string
+	for _, vals := range []map[string]any{
+		withSharing(map[string]any{"mode": "mps", "mps": map[string]any{"root": "/data/mps"}}),
+		withSharing(map[string]any{"mode": "hami-core", "hamiCore": map[string]any{"libraryPath": "/data/vgpu/libvgpu.so", "preloadDir": "/data/preload", "lockDir": "/data/lock"}}),
+		nil,
+	} {
+		spec := get[*appsv1.DaemonSet](t, render(t, vals), devicePluginName).Spec.Template.Spec
+		hostPaths := map[string]string{}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				hostPaths[v.Name] = path.Clean(v.HostPath.Path)
+			}
+		}
+		for _, c := range append(append([]corev1.Container(nil), spec.InitContainers...), spec.Containers...) {
+			for _, m := range c.VolumeMounts {
+				p, ok := hostPaths[m.Name]
+				if !ok {
+					continue
+				}
+				if vals == nil && p != "/var/lib/kubelet/device-plugins" && p != "/var/lib/kubelet/pod-resources" && p != "/sys/fs/cgroup" {
+					t.Errorf("the default render mounts %s in %s", p, c.Name)
+				}
+				if vals == nil {
+					continue // the defaults: checked above, the table is in terms of the values
+				}
+				access := "read-write"
+				if m.ReadOnly {
+					access = "read-only"
+				}
+				if row := p + " | " + c.Name + " | " + access; !slices.Contains(mounted, row) {
+					mounted = append(mounted, row)
+				}
+			}
+		}
+	}
+	if len(mounted) < 13 {
+		t.Errorf("the renders mount %d host paths: %v; the walk over them is broken", len(mounted), mounted)
+	}
+	for _, m := range mounted {
+		if !slices.Contains(listed, m) {
+			t.Errorf("the chart mounts, the README's host-path table does not list: %s", m)
+		}
+	}
+	for _, l := range listed {
+		if !slices.Contains(mounted, l) {
+			t.Errorf("the README's host-path table lists what the chart does not mount: %s", l)
+		}
 	}
 }
