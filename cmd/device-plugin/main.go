@@ -10,10 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 
 	"github.com/cardinal-gpu/cardinal/pkg/deviceplugin"
+	"github.com/cardinal-gpu/cardinal/pkg/filecopy"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
 
@@ -48,6 +51,10 @@ func main() {
 	fs.DurationVar(&cfg.HealthRecoveryInterval, "health-recovery-interval", cfg.HealthRecoveryInterval, "an unhealthy card that sees no critical XID for this long and passes an NVML probe is healthy again (reset XIDs excepted)")
 	fs.Var(&cfg.IgnoredXids, "health-ignored-xids", "comma-separated application XIDs that never mark a card unhealthy; empty: none")
 	fs.Var(&cfg.ResetXids, "health-reset-xids", "comma-separated critical XIDs after which a card stays unhealthy until it is reset or the plugin restarts; empty: none")
+	var copySpec string
+	copyInterval := 100 * time.Millisecond
+	fs.StringVar(&copySpec, "copy-cpu-manager-state", "", "SRC:DST: run as the CPU checkpoint copier only (no NVML, no API client, no listener): keep DST a copy of the kubelet's CPU manager checkpoint SRC, replaced atomically (temporary file and rename) whenever the kubelet replaces SRC, removed while SRC is missing. The chart runs it in a container of its own that alone mounts the kubelet's root, so the plugin reads DST (--cpu-manager-state) without that mount")
+	fs.DurationVar(&copyInterval, "copy-interval", copyInterval, "with --copy-cpu-manager-state: how often SRC is checked for a change (a stat; read only when it changed)")
 	cfg.Names.AddFlags(fs)
 	cfg.DeviceList.AddFlags(fs)
 	cfg.Sharing.AddFlags(fs)
@@ -67,8 +74,28 @@ func main() {
 	cfg.Log = log
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if copySpec != "" {
+		if err := copyCPUManagerState(ctx, copySpec, copyInterval, log); err != nil {
+			log.Error(err, "CPU checkpoint copier stopped")
+			os.Exit(1)
+		}
+		return
+	}
 	if err := deviceplugin.Run(ctx, cfg); err != nil {
 		log.Error(err, "device plugin stopped")
 		os.Exit(1)
 	}
+}
+
+// copyCPUManagerState runs the copier of --copy-cpu-manager-state=SRC:DST until ctx ends.
+func copyCPUManagerState(ctx context.Context, spec string, every time.Duration, log logr.Logger) error {
+	src, dst, err := filecopy.ParseSpec(spec)
+	if err != nil {
+		return fmt.Errorf("--copy-cpu-manager-state: %w", err)
+	}
+	c, err := filecopy.New(filecopy.Config{Src: src, Dst: dst, MaxBytes: deviceplugin.MaxCPUCheckpointBytes, Interval: every, Log: log})
+	if err != nil {
+		return fmt.Errorf("--copy-cpu-manager-state: %w", err)
+	}
+	return c.Run(ctx)
 }

@@ -36,9 +36,9 @@ type cpuCheckpoint struct {
 	Checksum      uint64                     `json:"checksum"`
 }
 
-// maxCPUCheckpointBytes bounds what is read of the checkpoint (a node of 1024 CPUs and 1000
-// containers writes well under 1 MiB).
-const maxCPUCheckpointBytes = 4 << 20
+// MaxCPUCheckpointBytes bounds what is read of the checkpoint (a node of 1024 CPUs and 1000
+// containers writes well under 1 MiB), and what the copier (--copy-cpu-manager-state) copies.
+const MaxCPUCheckpointBytes = 4 << 20
 
 // readCPUCheckpoint reads the checkpoint at path: each pod's exclusive CPUs (every container's,
 // init containers' included), by pod UID.
@@ -48,12 +48,12 @@ func readCPUCheckpoint(path string) (map[string]cpuset.CPUSet, error) {
 		return nil, fmt.Errorf("CPU manager checkpoint: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxCPUCheckpointBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, MaxCPUCheckpointBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("CPU manager checkpoint %s: %w", path, err)
 	}
-	if len(data) > maxCPUCheckpointBytes {
-		return nil, fmt.Errorf("CPU manager checkpoint %s: larger than %d bytes", path, maxCPUCheckpointBytes)
+	if len(data) > MaxCPUCheckpointBytes {
+		return nil, fmt.Errorf("CPU manager checkpoint %s: larger than %d bytes", path, MaxCPUCheckpointBytes)
 	}
 	pods, err := parseCPUCheckpoint(data)
 	if err != nil {

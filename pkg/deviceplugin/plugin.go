@@ -75,6 +75,9 @@ type Plugin struct {
 	// sharingErr is why the sharing mode's enforcement does not work now (nil: it works, or the
 	// mode is none); set by SetSharingHealth.
 	sharingErr error
+	// tenants is the node's MPS tenant as asked of the daemon (mode mps with --mps-tenant-dir; nil
+	// otherwise): see mpstenant.go.
+	tenants *mpsTenants
 	// local holds what this process learned (its Allocate answers, PodResources) and has not yet
 	// seen come back on the pod, by pod and container.
 	local map[types.UID]map[string]annotations.ContainerAllocation
@@ -156,6 +159,14 @@ func newPlugin(o pluginOptions) *Plugin {
 	if p.sharing.enforced() {
 		p.sharingErr = errSharingUnchecked
 	}
+	if p.sharing.Mode == annotations.SharingMPS && p.sharing.MPSTenantDir != "" {
+		t, err := loadMPSTenants(p.sharing.MPSTenantDir)
+		if err != nil {
+			// The next tenant switch writes a fresh request.
+			p.log.Error(err, "cannot read the last MPS tenant request")
+		}
+		p.tenants = t
+	}
 	p.table.addInstances(o.Cards, o.Names)
 	p.table.setLinks(o.Cards, o.Links)
 	p.metrics.setDevices(p.table)
@@ -180,6 +191,9 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 	p.pods[pod.UID] = e
 	p.byKey[e.key()] = pod.UID
 	delete(p.strangers, e.key())
+	if p.sharing.Mode == annotations.SharingMPS {
+		p.switchTenantLocked(e)
+	}
 	close(p.podsChanged)
 	p.podsChanged = make(chan struct{})
 	// Local knowledge the pod now carries is dropped: the record is the truth from here on.
@@ -269,12 +283,30 @@ func (p *Plugin) SetHealth(ev nvidia.HealthEvent) bool {
 // errSharingUnchecked is the sharing state before the first check.
 var errSharingUnchecked = errors.New("not checked yet")
 
+// sharingReadyLocked is the readiness the inventory publishes: the last check passed, or the MPS
+// daemon is starting afresh for a new tenant (for at most tenantSwitchWait): the new tenant's next
+// pods may come (Allocate waits for the daemon), and no other namespace's may anyway. p.mu held.
+func (p *Plugin) sharingReadyLocked() bool {
+	return p.sharingErr == nil || (p.tenants != nil && p.tenants.switching(tenantSwitchWait))
+}
+
+// sharingProbe is the probe of the node's sharing mode (nil for mode none).
+func (p *Plugin) sharingProbe(shares int) SharingProbe {
+	probe := p.sharing.probe(shares)
+	if mp, ok := probe.(mpsProbe); ok && p.tenants != nil {
+		mp.tenants = p.tenants
+		return mp
+	}
+	return probe
+}
+
 // SetSharingHealth records the latest check of the sharing mode's enforcement (nil: it works); it
 // reports whether readiness changed, and then has the inventory rewritten.
 func (p *Plugin) SetSharingHealth(err error) bool {
 	p.mu.Lock()
-	changed := (err == nil) != (p.sharingErr == nil)
+	was := p.sharingReadyLocked()
 	p.sharingErr = err
+	changed := p.sharingReadyLocked() != was
 	p.mu.Unlock()
 	if changed {
 		p.devicesChanged()
@@ -289,7 +321,7 @@ func (p *Plugin) Inventory() annotations.Inventory {
 	inv := p.table.inventory()
 	if p.sharing.enforced() || p.limiter != nil {
 		memory, compute := memoryEnforcement(p.sharing.Mode, p.memBackend)
-		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingErr == nil,
+		inv.Sharing = &annotations.Sharing{Mode: p.sharing.Mode, Ready: p.sharingReadyLocked(),
 			EnforcementV: annotations.EnforcementVersion, Memory: memory, Compute: compute, ExclusiveCards: p.sharing.exclusiveCards()}
 	}
 	return inv
@@ -476,6 +508,16 @@ func (p *Plugin) allocate(ctx context.Context, res corev1.ResourceName, req *plu
 	})
 	if !exact && !ready(holders) {
 		p.mu.Unlock()
+		holders, _ = p.lockWhenVisible(ctx, res, list, p.cacheWait, ready)
+	}
+	// The pod being admitted may be the node's new MPS tenant: the daemon is starting afresh for
+	// it (mpstenant.go), and nothing is served until it has.
+	if p.tenants != nil && p.tenants.pending() != nil {
+		p.mu.Unlock()
+		p.tenants.wait(ctx, tenantSwitchWait)
+		// A periodic check that began before the daemon vouched may have reported the switch
+		// after it ended: check again before serving.
+		p.tenants.recheck(ctx)
 		holders, _ = p.lockWhenVisible(ctx, res, list, p.cacheWait, ready)
 	}
 	served, toRecord, aerr := p.serveLocked(res, holders, req, resp)

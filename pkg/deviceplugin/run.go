@@ -394,14 +394,20 @@ func Run(ctx context.Context, cfg Config) error {
 			IgnoredXids: cfg.IgnoredXids.set(), ResetXids: cfg.ResetXids.set(), Log: log.WithName("health")},
 			func(ev nvidia.HealthEvent) { p.SetHealth(ev) })
 	})
-	if probe := cfg.SharingProbe; probe != nil || cfg.Sharing.probe(cfg.Shares) != nil {
+	if probe := cfg.SharingProbe; probe != nil || p.sharingProbe(cfg.Shares) != nil {
 		if probe == nil {
-			probe = cfg.Sharing.probe(cfg.Shares)
+			probe = p.sharingProbe(cfg.Shares)
 		}
 		g.Go(func() error {
 			watchSharing(ctx, probe, cfg.Sharing.CheckInterval, func(err error) { p.SetSharingHealth(err) }, log.WithName("sharing"))
 			return nil
 		})
+		if p.tenants != nil {
+			g.Go(func() error {
+				p.tenants.watch(ctx, probe, func(err error) { p.SetSharingHealth(err) }, log.WithName("mps-tenants"))
+				return nil
+			})
+		}
 	}
 	// The first PodResources pass comes before the plugin registers: the IDs pods hold are those
 	// PodResources reports (a record alone does not count), and the first device list must already

@@ -145,6 +145,10 @@ type SharingConfig struct {
 	// MPSShmDir is the host tmpfs the daemon has at /dev/shm; shared containers get it there too.
 	// Empty: no /dev/shm mount.
 	MPSShmDir string
+	// MPSTenantDir is a host folder the plugin writes MPSTenantRequest into whenever the node's MPS
+	// tenant changes, which the daemon reads (mpstenant.go); empty: the daemon is never asked to
+	// start afresh (one tenant's files in the shm tmpfs reach the next).
+	MPSTenantDir string
 	// HAMiCoreLibrary is HAMi-core's libvgpu.so on the host; the plugin reads it at the same path.
 	HAMiCoreLibrary string
 	// HAMiCorePreloadDir is a host folder the plugin writes PreloadFile into at start.
@@ -187,6 +191,8 @@ func (c *SharingConfig) AddFlags(fs *pflag.FlagSet) {
 		"directory and MPS limits), hami-core (HAMi-core's library, installed on the node, is preloaded into shared containers)")
 	fs.StringVar(&c.MPSPipeDir, "mps-pipe-dir", c.MPSPipeDir, "mps: the MPS control daemon's pipe directory on the host (read by the plugin at this path; mounted at "+MPSContainerPipeDir+" in shared containers)")
 	fs.StringVar(&c.MPSShmDir, "mps-shm-dir", c.MPSShmDir, "mps: the tmpfs the daemon has at /dev/shm, on the host; mounted at /dev/shm in shared containers (empty: not mounted)")
+	fs.StringVar(&c.MPSTenantDir, "mps-tenant-dir", c.MPSTenantDir, "mps: host folder the plugin writes "+MPSTenantRequest+" into whenever the node's tenant (the namespace whose containers share cards) changes; "+
+		"the chart's daemon script then quits, empties the shm tmpfs and pipe folder and starts again, and shared containers are served once its ready file names the new epoch (empty: never; one tenant's files reach the next)")
 	fs.StringVar(&c.HAMiCoreLibrary, "hami-core-library", c.HAMiCoreLibrary, "hami-core: HAMi-core's libvgpu.so on the host (read by the plugin at this path; mounted at "+HAMiCoreContainerLibrary+" in shared containers)")
 	fs.StringVar(&c.HAMiCorePreloadDir, "hami-core-preload-dir", c.HAMiCorePreloadDir, "hami-core: host folder the plugin writes "+PreloadFile+" into (mounted at "+ContainerPreload+" in shared containers)")
 	fs.StringVar(&c.HAMiCoreLockDir, "hami-core-lock-dir", c.HAMiCoreLockDir, "hami-core: host folder of HAMi-core's node-wide lock files, mounted at "+HAMiCoreContainerLockDir+" in shared containers (created mode 1777 at start)")
@@ -216,6 +222,9 @@ func (c SharingConfig) Validate() error {
 		}
 		if c.MPSShmDir != "" && !filepath.IsAbs(c.MPSShmDir) {
 			errs = append(errs, fmt.Errorf("--mps-shm-dir: %q is not an absolute path", c.MPSShmDir))
+		}
+		if c.MPSTenantDir != "" && !filepath.IsAbs(c.MPSTenantDir) {
+			errs = append(errs, fmt.Errorf("--mps-tenant-dir: %q is not an absolute path", c.MPSTenantDir))
 		}
 		switch c.MPSComputeMode {
 		case "", MPSComputeExclusive, MPSComputeDefault:
@@ -257,18 +266,26 @@ type SharingProbe interface {
 	Check(ctx context.Context) error
 }
 
-// mpsProbe accepts the MPS pipe directory when its control socket answers a connection (or, where
-// the daemon made it a named pipe, exists as one) and the daemon's script has vouched, after the
-// socket appeared, that it set the limits of the node's share count and that a server starts
-// (MPSReady). A socket alone says nothing of the cards: a daemon given none answers too, and every
-// server start then fails.
+// mpsProbe accepts the MPS pipe directory when its control socket takes a connection and the
+// daemon's script vouches, in a ready file (MPSReady) written after the socket appeared, that it set
+// the limits of the node's share count, that a server starts, and — refreshed every few seconds
+// after get_server_list answered — that the control daemon answers now. A socket alone says nothing
+// of the cards (a daemon given none answers too, and every server start then fails), and a named
+// pipe takes no test connection: the refreshed file is what proves the daemon answers. With tenants
+// set the file must also name the tenant epoch the plugin asked for (mpstenant.go).
 type mpsProbe struct {
 	pipeDir string
 	// shares is the plugin's share count; the daemon's default limits must be set for it.
 	shares int
+	// tenants: nil, no epoch is asked for.
+	tenants *mpsTenants
 }
 
 var _ SharingProbe = mpsProbe{}
+
+// MPSReadyMaxAge is how old the daemon's ready file may be: the chart's script rewrites it every
+// 5 s (CARDINAL_MPS_HEARTBEAT) after the control daemon answered get_server_list.
+const MPSReadyMaxAge = 30 * time.Second
 
 func (p mpsProbe) Check(ctx context.Context) error {
 	control := filepath.Join(p.pipeDir, MPSControl)
@@ -278,6 +295,7 @@ func (p mpsProbe) Check(ctx context.Context) error {
 	}
 	switch {
 	case st.Mode()&fs.ModeNamedPipe != 0:
+		// No test connection: the ready file's refresh below is the proof.
 	case st.Mode()&fs.ModeSocket == 0:
 		return fmt.Errorf("MPS control daemon: %s is neither a socket nor a named pipe", control)
 	default:
@@ -293,8 +311,8 @@ func (p mpsProbe) Check(ctx context.Context) error {
 	return p.checkReady(st.ModTime())
 }
 
-// checkReady reads MPSReady: present, not older than the control socket (made at since), and
-// naming the plugin's share count.
+// checkReady reads MPSReady: present, not older than the control socket (made at since), refreshed
+// within MPSReadyMaxAge, naming the plugin's share count and, with tenants, the epoch asked for.
 func (p mpsProbe) checkReady(since time.Time) error {
 	file := filepath.Join(p.pipeDir, MPSReady)
 	st, err := os.Stat(file)
@@ -305,20 +323,37 @@ func (p mpsProbe) checkReady(since time.Time) error {
 	if st.ModTime().Before(since) {
 		return fmt.Errorf("MPS daemon: %s is older than the control socket (left by an earlier daemon)", file)
 	}
+	if age := time.Since(st.ModTime()); age > MPSReadyMaxAge {
+		return fmt.Errorf("MPS daemon: %s was last refreshed %s ago (more than %s): its script refreshes it every few seconds "+
+			"while the control daemon answers get_server_list, so the daemon does not answer", file, age.Round(time.Second), MPSReadyMaxAge)
+	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("MPS daemon: %w", err)
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
+	fields := map[string]string{}
 	for _, field := range strings.Fields(first) {
-		if k, v, _ := strings.Cut(field, "="); k == "shares" {
-			if v != strconv.Itoa(p.shares) {
-				return fmt.Errorf("MPS daemon: its default limits are for shares=%s, the plugin advertises %d slots per card", v, p.shares)
-			}
-			return nil
+		if k, v, ok := strings.Cut(field, "="); ok {
+			fields[k] = v
 		}
 	}
-	return fmt.Errorf("MPS daemon: %s names no share count (first line %q)", file, first)
+	v, ok := fields["shares"]
+	if !ok {
+		return fmt.Errorf("MPS daemon: %s names no share count", file)
+	}
+	if v != strconv.Itoa(p.shares) {
+		return fmt.Errorf("MPS daemon: its default limits are for shares=%s, the plugin advertises %d slots per card", v, p.shares)
+	}
+	if p.tenants == nil {
+		return nil
+	}
+	want := p.tenants.wanted()
+	if got := fields["epoch"]; got != strconv.FormatUint(want, 10) {
+		return fmt.Errorf("MPS daemon: it serves tenant epoch %q, the plugin asked for %d in %s: a fresh start for the node's new tenant is under way", got, want, p.tenants.file)
+	}
+	p.tenants.served(want)
+	return nil
 }
 
 // hamiCoreProbe accepts HAMi-core's library when it is a non-empty regular file.
@@ -422,7 +457,9 @@ func (c SharingConfig) sharedResponse(r *pluginapi.ContainerAllocateResponse, ke
 	case annotations.SharingMPS:
 		dropHAMiCoreEnv(r.Envs)
 		r.Envs[EnvMPSPipeDirectory] = MPSContainerPipeDir
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: MPSContainerPipeDir, HostPath: c.MPSPipeDir})
+		// Read-only: a client connects to the daemon's sockets (a socket or FIFO on a read-only mount
+		// still takes a connection) but cannot remove, replace or add a file, root or not.
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: MPSContainerPipeDir, HostPath: c.MPSPipeDir, ReadOnly: true})
 		if c.MPSShmDir != "" {
 			r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: MPSContainerShm, HostPath: c.MPSShmDir})
 		}

@@ -89,13 +89,13 @@ func TestSharingModesAllocateResponse(t *testing.T) {
 		{name: "none, whole cards", sc: DefaultSharingConfig(), c: whole, want: responseView{Envs: env()}},
 		{name: "mps, shared: pipe directory, /dev/shm and MPS limits only", sc: mpsConfig(), c: shared,
 			want: responseView{Envs: env(append(mpsEnv, EnvMPSPipeDirectory, "/run/cardinal/mps/pipe")...), Mounts: []mount{
-				{ContainerPath: "/run/cardinal/mps/pipe", HostPath: "/run/cardinal/mps/pipe"},
+				{ContainerPath: "/run/cardinal/mps/pipe", HostPath: "/run/cardinal/mps/pipe", ReadOnly: true},
 				{ContainerPath: "/dev/shm", HostPath: "/run/cardinal/mps/shm"},
 			}}},
 		{name: "mps, whole cards: not an MPS client", sc: mpsConfig(), c: whole, want: responseView{Envs: env()}},
 		{name: "mps without a shm folder, shared", sc: func() SharingConfig { c := mpsConfig(); c.MPSShmDir = ""; return c }(), c: shared,
 			want: responseView{Envs: env(append(mpsEnv, EnvMPSPipeDirectory, "/run/cardinal/mps/pipe")...), Mounts: []mount{
-				{ContainerPath: "/run/cardinal/mps/pipe", HostPath: "/run/cardinal/mps/pipe"},
+				{ContainerPath: "/run/cardinal/mps/pipe", HostPath: "/run/cardinal/mps/pipe", ReadOnly: true},
 			}}},
 		{name: "hami-core, shared: library, ld.so.preload, HAMi-core limits and cache", sc: hamiConfig(), c: shared,
 			want: responseView{Envs: env(append(hamiEnv, EnvHAMiCoreSharedCache, "/tmp/cardinal-vgpu-"+key+".cache")...), Mounts: []mount{

@@ -12,8 +12,10 @@ import (
 )
 
 // TestDevicePluginKubeletTopology: devicePlugin.kubeletConfig.path mounts the kubelet's
-// configuration file read-only and passes it as --kubelet-config; sysfsHostPath mounts a sysfs tree
-// as --sysfs-root; the binary takes both; neither is rendered by default.
+// configuration file read-only and passes it as --kubelet-config, and the CPU manager checkpoint's
+// copy as --cpu-manager-state (TestDevicePluginTokenNeverBesideKubeletRoot checks the copier);
+// sysfsHostPath mounts a sysfs tree as --sysfs-root; the binary takes them; none is rendered by
+// default.
 func TestDevicePluginKubeletTopology(t *testing.T) {
 	r := render(t, map[string]any{"devicePlugin": map[string]any{
 		"kubeletConfig": map[string]any{"path": "/etc/kubernetes/kubelet/kubelet-config.json", "pollInterval": "3s"},
@@ -23,7 +25,7 @@ func TestDevicePluginKubeletTopology(t *testing.T) {
 	c := container(t, spec, "device-plugin")
 	flags := flagsOf(t, c.Args)
 	want := map[string]string{"kubelet-config": "/etc/cardinal/kubelet/kubelet-config.json", "kubelet-poll-interval": "3s", "sysfs-root": "/host/sys",
-		"cpu-manager-state": "/var/lib/cardinal/kubelet-root/cpu_manager_state"}
+		"cpu-manager-state": "/var/lib/cardinal/cpu-state/cpu_manager_state"}
 	for name, v := range want {
 		if flags[name] != v {
 			t.Errorf("--%s = %q, want %q", name, flags[name], v)
@@ -36,7 +38,7 @@ func TestDevicePluginKubeletTopology(t *testing.T) {
 	}
 	got := map[string]mount{}
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil && (v.Name == "kubelet-config" || v.Name == "sysfs" || v.Name == "kubelet-root") {
+		if v.HostPath != nil && (v.Name == "kubelet-config" || v.Name == "sysfs") {
 			got[v.Name] = mount{HostPath: v.HostPath.Path, Type: *v.HostPath.Type}
 		}
 	}
@@ -49,8 +51,6 @@ func TestDevicePluginKubeletTopology(t *testing.T) {
 	wantMounts := map[string]mount{
 		"kubelet-config": {HostPath: "/etc/kubernetes/kubelet/kubelet-config.json", MountPath: "/etc/cardinal/kubelet/kubelet-config.json", Type: corev1.HostPathFile, ReadOnly: true},
 		"sysfs":          {HostPath: "/var/lib/testbed/node-a/sys", MountPath: "/host/sys", Type: corev1.HostPathDirectory, ReadOnly: true},
-		// The kubelet replaces cpu_manager_state by a rename: its folder is mounted.
-		"kubelet-root": {HostPath: "/var/lib/kubelet", MountPath: "/var/lib/cardinal/kubelet-root", Type: corev1.HostPathDirectory, ReadOnly: true},
 	}
 	if diff := cmp.Diff(wantMounts, got); diff != "" {
 		t.Errorf("mounts (-want +got):\n%s", diff)

@@ -60,7 +60,7 @@ func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
 	pc := container(t, plugin, "device-plugin")
 	flags := flagsOf(t, pc.Args)
 	want := map[string]string{"sharing-mode": "mps", "mps-pipe-dir": "/run/x/mps/pipe", "mps-shm-dir": "/run/x/mps/shm", "sharing-check-interval": "5s",
-		"mps-compute-mode": "EXCLUSIVE_PROCESS"}
+		"mps-compute-mode": "EXCLUSIVE_PROCESS", "mps-tenant-dir": "/run/x/mps/tenant"}
 	for k, v := range want {
 		if flags[k] != v {
 			t.Errorf("plugin --%s=%q, want %q", k, flags[k], v)
@@ -69,6 +69,25 @@ func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
 	// The plugin sees the pipe folder at its host path, read-only, to check the daemon's socket.
 	if got := hostPaths(plugin, pc)["/run/x/mps/pipe"]; got != "/run/x/mps/pipe" {
 		t.Errorf("plugin mounts %q at /run/x/mps/pipe, want the host's /run/x/mps/pipe", got)
+	}
+	// The tenant folder: the plugin writes its request there (read-write), the daemon reads it
+	// (read-only); no tenant container gets it (Allocate mounts the pipe and shm folders only).
+	readOnly := func(c corev1.Container, path string) (mounted, ro bool) {
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == path {
+				return true, m.ReadOnly
+			}
+		}
+		return false, false
+	}
+	if got := hostPaths(plugin, pc)["/run/x/mps/tenant"]; got != "/run/x/mps/tenant" {
+		t.Errorf("plugin mounts %q at /run/x/mps/tenant, want the host's /run/x/mps/tenant", got)
+	}
+	if m, ro := readOnly(pc, "/run/x/mps/tenant"); !m || ro {
+		t.Errorf("plugin's tenant folder mounted %v, read-only %v: want read-write", m, ro)
+	}
+	if m, ro := readOnly(pc, "/run/x/mps/pipe"); !m || !ro {
+		t.Errorf("plugin's pipe folder mounted %v, read-only %v: want read-only", m, ro)
 	}
 	ds := get[*appsv1.DaemonSet](t, r, mpsDaemonName)
 	spec := ds.Spec.Template.Spec
@@ -87,7 +106,8 @@ func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	if env["CUDA_MPS_PIPE_DIRECTORY"] != "/run/cardinal/mps/pipe" || env["NVIDIA_DRIVER_CAPABILITIES"] != "compute,utility" || env["NVIDIA_VISIBLE_DEVICES"] != "all" ||
-		env["CARDINAL_MPS_SHARES"] != "1" || env["CARDINAL_MPS_COMPUTE_MODE"] != "EXCLUSIVE_PROCESS" || env["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
+		env["CARDINAL_MPS_SHARES"] != "1" || env["CARDINAL_MPS_COMPUTE_MODE"] != "EXCLUSIVE_PROCESS" || env["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" ||
+		env["CARDINAL_MPS_TENANT_FILE"] != "/run/cardinal/mps/tenant/request" || env["CARDINAL_MPS_SHM_DIR"] != "/dev/shm" {
 		t.Errorf("daemon env %v", env)
 	}
 	if d.SecurityContext == nil || d.SecurityContext.Privileged == nil || !*d.SecurityContext.Privileged {
@@ -103,9 +123,13 @@ func TestSharingModeMPSRendersDaemonAndPluginFlags(t *testing.T) {
 	if got := get[*corev1.ConfigMap](t, r, mpsDaemonName).Data["mps-daemon.sh"]; got != string(script) {
 		t.Errorf("the ConfigMap's script differs from %s", mpsScript)
 	}
-	wantMounts := map[string]string{"/run/cardinal/mps/pipe": "/run/x/mps/pipe", "/run/cardinal/mps/log": "/run/x/mps/log", "/dev/shm": "/run/x/mps/shm"}
+	wantMounts := map[string]string{"/run/cardinal/mps/pipe": "/run/x/mps/pipe", "/run/cardinal/mps/log": "/run/x/mps/log", "/dev/shm": "/run/x/mps/shm",
+		"/run/cardinal/mps/tenant": "/run/x/mps/tenant"}
 	if diff := cmp.Diff(wantMounts, hostPaths(spec, d)); diff != "" {
 		t.Errorf("daemon host mounts (-want +got):\n%s", diff)
+	}
+	if m, ro := readOnly(d, "/run/cardinal/mps/tenant"); !m || !ro {
+		t.Errorf("daemon's tenant folder mounted %v, read-only %v: want read-only", m, ro)
 	}
 	if d.ReadinessProbe == nil || d.ReadinessProbe.Exec == nil || !strings.Contains(strings.Join(d.ReadinessProbe.Exec.Command, " "), "nvidia-cuda-mps-control") {
 		t.Errorf("daemon readiness probe %+v does not ask the control daemon", d.ReadinessProbe)

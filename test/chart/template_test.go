@@ -49,7 +49,7 @@ var agreedFlags = map[string][]string{
 	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "scheduler-name", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",
 		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix",
-		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "mps-compute-mode", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir",
+		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "mps-tenant-dir", "mps-compute-mode", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir",
 		"kernel-memory-limits", "cgroup-root"},
 }
 

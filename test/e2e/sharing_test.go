@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,16 +19,76 @@ import (
 	"github.com/cardinal-gpu/cardinal/test/e2e/stack"
 )
 
-// fakeMPSDaemon listens on <dir>/control as nvidia-cuda-mps-control does, accepting and closing
-// every connection, and then writes the ready file the chart's daemon script writes once a server
-// started with the limits of 4 shares: what the device plugin's health check asks of the daemon.
-func fakeMPSDaemon(t *testing.T, dir string) net.Listener {
+// fakeDaemon stands for the chart's MPS daemon (nvidia-cuda-mps-control under mps-daemon.sh).
+type fakeDaemon struct {
+	l         net.Listener
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Close stops the daemon: its socket goes, its ready file is no longer refreshed.
+func (d *fakeDaemon) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		close(d.stop)
+		<-d.done
+		err = d.l.Close()
+	})
+	return err
+}
+
+// fakeMPSDaemon is startFakeMPSDaemon with no tenant requests read.
+func fakeMPSDaemon(t *testing.T, dir string) *fakeDaemon { return startFakeMPSDaemon(t, dir, "", "") }
+
+// startFakeMPSDaemon listens on <pipe>/control as nvidia-cuda-mps-control does, accepting and
+// closing every connection, and does what the chart's daemon script does for the device plugin's
+// readiness check: it writes the ready file (a server started with the limits of 4 shares) and
+// rewrites it every 100 ms while it runs. With tenantDir set it reads the plugin's tenant request
+// there, and for each new epoch empties shm, then names the epoch in its ready file.
+func startFakeMPSDaemon(t *testing.T, pipe, shm, tenantDir string) *fakeDaemon {
 	t.Helper()
-	l, err := net.Listen("unix", filepath.Join(dir, "control"))
+	l, err := net.Listen("unix", filepath.Join(pipe, "control"))
 	if err != nil {
 		t.Fatalf("fake MPS daemon: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cardinal-ready"), []byte("shares=4 computeMode=EXCLUSIVE_PROCESS activeThreadPercentage=25\n"), 0o644); err != nil {
+	d := &fakeDaemon{l: l, stop: make(chan struct{}), done: make(chan struct{})}
+	epochOf := func() string {
+		if tenantDir == "" {
+			return "0"
+		}
+		b, _ := os.ReadFile(filepath.Join(tenantDir, "request"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "epoch="); ok {
+				return v
+			}
+		}
+		return "0"
+	}
+	served := ""
+	serve := func() error {
+		if epoch := epochOf(); epoch != served {
+			if shm != "" {
+				des, err := os.ReadDir(shm)
+				if err != nil {
+					return err
+				}
+				for _, de := range des {
+					if err := os.RemoveAll(filepath.Join(shm, de.Name())); err != nil {
+						return err
+					}
+				}
+			}
+			served = epoch
+		}
+		ready := filepath.Join(pipe, "cardinal-ready")
+		content := "shares=4 computeMode=EXCLUSIVE_PROCESS activeThreadPercentage=25 epoch=" + served + "\n"
+		if err := os.WriteFile(ready+".tmp", []byte(content), 0o644); err != nil {
+			return err
+		}
+		return os.Rename(ready+".tmp", ready)
+	}
+	if err := serve(); err != nil {
 		t.Fatalf("fake MPS daemon: %v", err)
 	}
 	go func() {
@@ -39,8 +100,24 @@ func fakeMPSDaemon(t *testing.T, dir string) net.Listener {
 			_ = c.Close()
 		}
 	}()
-	t.Cleanup(func() { _ = l.Close() })
-	return l
+	go func() {
+		defer close(d.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.stop:
+				return
+			case <-tick.C:
+				if err := serve(); err != nil {
+					t.Errorf("fake MPS daemon: %v", err)
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = d.Close() })
+	return d
 }
 
 // inventorySharing is the sharing field of node's published inventory (nil when absent).

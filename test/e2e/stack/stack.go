@@ -295,7 +295,7 @@ func Start(t cluster.TB, o Options) *Stack {
 		s.pluginMetrics[n.Name] = "http://127.0.0.1:" + strconv.Itoa(ports[4+i]) + "/metrics"
 		var kubeletArgs []string
 		if n.reportsKubelet() {
-			kubeletArgs, err = pluginKubeletArgs(c, k, o.KubeletPoll)
+			kubeletArgs, err = pluginKubeletArgs(t, c, k, o.KubeletPoll, filepath.Join(o.Bin, PluginBinary), logArgs)
 			if err != nil {
 				t.Fatalf("device plugin on %s: %v", n.Name, err)
 			}
@@ -321,9 +321,12 @@ func Start(t cluster.TB, o Options) *Stack {
 }
 
 // pluginKubeletArgs are the device plugin's flags that make it report kubelet k's topology: the
-// kubelet's configuration file, and a sysfs root whose devices/system/{node,cpu} are the synthetic
-// machine the kubelet sees in its mount namespace (the plugin runs outside it), or the host's /sys.
-func pluginKubeletArgs(c *cluster.Cluster, k *cluster.Kubelet, poll time.Duration) ([]string, error) {
+// kubelet's configuration file, a sysfs root whose devices/system/{node,cpu} are the synthetic
+// machine the kubelet sees in its mount namespace (the plugin runs outside it), or the host's /sys,
+// and the CPU manager checkpoint as the chart gives it: a copy that a copier process (the plugin
+// binary's --copy-cpu-manager-state, the chart's cpu-state-copier container) keeps of the
+// kubelet's, which it starts.
+func pluginKubeletArgs(t cluster.TB, c *cluster.Cluster, k *cluster.Kubelet, poll time.Duration, plugin string, logArgs []string) ([]string, error) {
 	config := filepath.Join(k.Dir, "config.yaml")
 	if _, err := os.Stat(config); err != nil {
 		return nil, fmt.Errorf("the kubelet's configuration file: %w", err)
@@ -345,8 +348,15 @@ func pluginKubeletArgs(c *cluster.Cluster, k *cluster.Kubelet, poll time.Duratio
 			}
 		}
 	}
+	copyDir := filepath.Join(c.Dir, "cpu-state-"+k.Name)
+	if err := os.MkdirAll(copyDir, 0o755); err != nil {
+		return nil, err
+	}
+	cpuState := filepath.Join(copyDir, "cpu_manager_state")
+	c.StartProcess(t, "cpu-state-copier-"+k.Name, append([]string{plugin,
+		"--copy-cpu-manager-state=" + filepath.Join(k.Root, "cpu_manager_state") + ":" + cpuState}, logArgs...)...)
 	return []string{"--kubelet-config=" + config, "--sysfs-root=" + sysfs, "--kubelet-poll-interval=" + poll.String(),
-		"--cpu-manager-state=" + filepath.Join(k.Root, "cpu_manager_state")}, nil
+		"--cpu-manager-state=" + cpuState}, nil
 }
 
 // saUser is the username of a ServiceAccount in Namespace.
