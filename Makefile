@@ -9,6 +9,11 @@ TOOLS         := $(CURDIR)/.cache/tools
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 BINARIES      := scheduler-extender webhook device-plugin kubectl-cardinal
+# The Kubernetes minor (e.g. 1.36; empty: the newest supported) and Helm major (3 or 4; empty: 3) the
+# tests and the demo run against: `make test CARDINAL_K8S_VERSION=1.35` (hack/testbed/build.sh --list).
+CARDINAL_K8S_VERSION  ?=
+CARDINAL_HELM_VERSION ?=
+export CARDINAL_K8S_VERSION CARDINAL_HELM_VERSION
 # Tests that start real Kubernetes components find the pinned binaries here (see hack/testbed/build.sh).
 export CARDINAL_TESTBED_BIN = $(shell bash hack/testbed/build.sh --print-dir)
 TEST_FLAGS    ?=
@@ -50,7 +55,7 @@ demo: build testbed-bins ## Run Cardinal on a local 3-node cluster with simulate
 
 ##@ Testing
 .PHONY: testbed-bins
-testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached).
+testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached; CARDINAL_K8S_VERSION, CARDINAL_HELM_VERSION pick them).
 	bash hack/testbed/build.sh
 
 .PHONY: prometheus
@@ -62,6 +67,10 @@ test: testbed-bins prometheus ## Run every test CI runs (unit, fuzz seed corpora
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TEST_FLAGS) ./pkg/... ./cmd/... ./bench/... ./hack/demo/...
 	$(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./test/...
+
+.PHONY: test-matrix
+test-matrix: prometheus ## Run the real-cluster tests (./test/..., the demo) on every supported Kubernetes minor with Helm 3, and the chart tests with Helm 4 (MATRIX_K8S, MATRIX_HELM narrow it; hours on 2 cores).
+	bash hack/test-matrix.sh
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s).

@@ -815,7 +815,7 @@ func TestHelmLint(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := helm(t, nil, append([]string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, valuesFile(t, tc.values)...)...)
+			out, err := helm(t, nil, append([]string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion(t)}, valuesFile(t, tc.values)...)...)
 			if err != nil {
 				t.Fatalf("%v", err)
 			}

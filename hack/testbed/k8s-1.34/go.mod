@@ -1,7 +1,7 @@
 // Module testbed builds the pinned Kubernetes components Cardinal's tests and demo run against.
 // It is kept out of the project's main go.mod on purpose: k8s.io/kubernetes cannot be a normal
 // dependency (its go.mod replaces every staging module with a local path).
-module github.com/cardinal-gpu/cardinal/hack/testbed
+module github.com/cardinal-gpu/cardinal/hack/testbed/k8s-1.34
 
 go 1.24.0
 
