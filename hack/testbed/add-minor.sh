@@ -86,3 +86,4 @@ GO
 }
 
 main "$@"
+exit  # nothing after main is read: an edit made while this runs cannot append to it

@@ -197,3 +197,4 @@ main() {
 }
 
 main "$@"
+exit  # nothing after main is read: an edit made while this runs cannot append to it
