@@ -121,7 +121,7 @@ images: ## Build the three images as OCI tarballs in bin/images/ without a conta
 	  --glibc device-plugin=$(IMAGES_DIR)/device-plugin
 
 .PHONY: chart-lint
-chart-lint: testbed-bins ## Run helm lint --strict on charts/cardinal (the test-bed helm renders for Kubernetes 1.34).
+chart-lint: testbed-bins ## Run helm lint --strict on charts/cardinal (helm 3 renders for Kubernetes 1.34 without a cluster, helm 4 for 1.37).
 	$(CARDINAL_TESTBED_BIN)/helm lint --strict charts/cardinal
 
 .PHONY: chart-test

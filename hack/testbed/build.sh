@@ -32,7 +32,7 @@ K8S_PINS=(
 # the rows after them stay buildable (--k8s) for comparison, outside --list and the matrix.
 K8S_SUPPORTED=3
 # K8S_DEFAULT: the minor built when none is asked for: the newest one `make test` is green on.
-K8S_DEFAULT=1.34
+K8S_DEFAULT=1.37
 # HELM_PINS: every supported Helm major, the first the default: its pinned version.
 HELM_PINS=(
 	"3 v3.19.5"
