@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -164,7 +163,7 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	// kube-scheduler records some metrics asynchronously: wait until they count every binding. A
 	// timeout says what was last seen: the count, or why /metrics could not be read.
 	var ms Metrics
-	last := errors.New("not read yet")
+	var last error
 	for deadline := time.Now().Add(readyTimeout); ; time.Sleep(100 * time.Millisecond) {
 		text, err := ks.metrics()
 		if err == nil {

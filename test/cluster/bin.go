@@ -132,8 +132,11 @@ func binaryVersions(dir string) (Versions, error) {
 		return v, fmt.Errorf("kube-apiserver --version: %w", err)
 	}
 	// "Kubernetes v1.37.2"
-	if v.Kubernetes, v.Minor, err = parseVersion(strings.TrimPrefix(strings.TrimSpace(string(out)), "Kubernetes ")); err != nil || v.Kubernetes == "v0.0.0" {
-		return v, fmt.Errorf("kube-apiserver --version printed %q: not a stamped release (%v)", out, err)
+	if v.Kubernetes, v.Minor, err = parseVersion(strings.TrimPrefix(strings.TrimSpace(string(out)), "Kubernetes ")); err != nil {
+		return v, fmt.Errorf("kube-apiserver --version printed %q: %w", out, err)
+	}
+	if v.Kubernetes == "v0.0.0" {
+		return v, fmt.Errorf("kube-apiserver --version printed %q: not a stamped release", out)
 	}
 	out, err = exec.Command(filepath.Join(dir, "helm"), "version", "--template", "{{.Version}}").Output()
 	if err != nil {
