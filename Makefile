@@ -14,8 +14,10 @@ BINARIES      := scheduler-extender webhook device-plugin kubectl-cardinal
 CARDINAL_K8S_VERSION  ?=
 CARDINAL_HELM_VERSION ?=
 export CARDINAL_K8S_VERSION CARDINAL_HELM_VERSION
+# Given as flags too: $(shell) does not see variables set on make's command line.
+TESTBED_FLAGS := $(if $(CARDINAL_K8S_VERSION),--k8s $(CARDINAL_K8S_VERSION)) $(if $(CARDINAL_HELM_VERSION),--helm $(CARDINAL_HELM_VERSION))
 # Tests that start real Kubernetes components find the pinned binaries here (see hack/testbed/build.sh).
-export CARDINAL_TESTBED_BIN = $(shell bash hack/testbed/build.sh --print-dir)
+export CARDINAL_TESTBED_BIN = $(shell bash hack/testbed/build.sh --print-dir $(TESTBED_FLAGS))
 TEST_FLAGS    ?=
 FUZZTIME      ?= 30s
 
@@ -56,7 +58,7 @@ demo: build testbed-bins ## Run Cardinal on a local 3-node cluster with simulate
 ##@ Testing
 .PHONY: testbed-bins
 testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached; CARDINAL_K8S_VERSION, CARDINAL_HELM_VERSION pick them).
-	bash hack/testbed/build.sh
+	bash hack/testbed/build.sh $(TESTBED_FLAGS)
 
 .PHONY: prometheus
 prometheus: ## Put Debian's prometheus binary in .cache/prometheus/ for the dashboard test (apt-get download, unpacked, nothing installed; once).
