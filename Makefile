@@ -9,8 +9,15 @@ TOOLS         := $(CURDIR)/.cache/tools
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 BINARIES      := scheduler-extender webhook device-plugin kubectl-cardinal
+# The Kubernetes minor (e.g. 1.36; empty: the newest supported) and Helm major (3 or 4; empty: 3) the
+# tests and the demo run against: `make test CARDINAL_K8S_VERSION=1.35` (hack/testbed/build.sh --list).
+CARDINAL_K8S_VERSION  ?=
+CARDINAL_HELM_VERSION ?=
+export CARDINAL_K8S_VERSION CARDINAL_HELM_VERSION
+# Given as flags too: $(shell) does not see variables set on make's command line.
+TESTBED_FLAGS := $(if $(CARDINAL_K8S_VERSION),--k8s $(CARDINAL_K8S_VERSION)) $(if $(CARDINAL_HELM_VERSION),--helm $(CARDINAL_HELM_VERSION))
 # Tests that start real Kubernetes components find the pinned binaries here (see hack/testbed/build.sh).
-export CARDINAL_TESTBED_BIN = $(shell bash hack/testbed/build.sh --print-dir)
+export CARDINAL_TESTBED_BIN = $(shell bash hack/testbed/build.sh --print-dir $(TESTBED_FLAGS))
 TEST_FLAGS    ?=
 FUZZTIME      ?= 30s
 
@@ -50,8 +57,8 @@ demo: build testbed-bins ## Run Cardinal on a local 3-node cluster with simulate
 
 ##@ Testing
 .PHONY: testbed-bins
-testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached).
-	bash hack/testbed/build.sh
+testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached; CARDINAL_K8S_VERSION, CARDINAL_HELM_VERSION pick them).
+	bash hack/testbed/build.sh $(TESTBED_FLAGS)
 
 .PHONY: prometheus
 prometheus: ## Put Debian's prometheus binary in .cache/prometheus/ for the dashboard test (apt-get download, unpacked, nothing installed; once).
@@ -62,6 +69,10 @@ test: testbed-bins prometheus ## Run every test CI runs (unit, fuzz seed corpora
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TEST_FLAGS) ./pkg/... ./cmd/... ./bench/... ./hack/demo/...
 	$(GO) test -count=1 -timeout 40m $(TEST_FLAGS) ./test/...
+
+.PHONY: test-matrix
+test-matrix: prometheus ## Run the real-cluster tests (./test/..., the demo) on every supported Kubernetes minor with Helm 3, and the chart tests with Helm 4 (MATRIX_K8S, MATRIX_HELM narrow it; hours on 2 cores).
+	bash hack/test-matrix.sh
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s).
@@ -112,7 +123,7 @@ images: ## Build the three images as OCI tarballs in bin/images/ without a conta
 	  --glibc device-plugin=$(IMAGES_DIR)/device-plugin
 
 .PHONY: chart-lint
-chart-lint: testbed-bins ## Run helm lint --strict on charts/cardinal (the test-bed helm renders for Kubernetes 1.34).
+chart-lint: testbed-bins ## Run helm lint --strict on charts/cardinal (helm 3 renders for Kubernetes 1.34 without a cluster, helm 4 for 1.37).
 	$(CARDINAL_TESTBED_BIN)/helm lint --strict charts/cardinal
 
 .PHONY: chart-test

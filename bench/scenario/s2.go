@@ -160,18 +160,28 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 		ph.PodsPerSecond = float64(len(times)-1) / times[len(times)-1].Sub(times[0]).Seconds()
 	}
 	ph.CPU = cpu.used()
-	// kube-scheduler records some metrics asynchronously: wait until they count every binding.
+	// kube-scheduler records some metrics asynchronously: wait until they count every binding. A
+	// timeout says what was last seen: the count, or why /metrics could not be read.
 	var ms Metrics
-	cluster.WaitFor(t, readyTimeout, name+"'s metrics to count every binding", func() (bool, error) {
+	var last error
+	for deadline := time.Now().Add(readyTimeout); ; time.Sleep(100 * time.Millisecond) {
 		text, err := ks.metrics()
-		if err != nil {
-			return false, nil //nolint:nilerr // polling: an error means not ready yet
+		if err == nil {
+			if ms, err = ParseMetrics(text); err != nil {
+				t.Fatalf("%s's metrics: %v", name, err)
+			}
+			scheduled := ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": "scheduled"})
+			if scheduled >= float64(ph.Bound) {
+				break
+			}
+			err = fmt.Errorf("scheduler_schedule_attempts_total{result=scheduled} = %v, %d pods bound", scheduled, ph.Bound)
 		}
-		if ms, err = ParseMetrics(text); err != nil {
-			return false, err
+		last = err
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s's metrics to count every binding: timed out after %s; last seen: %v; scheduler log tail:\n%s",
+				name, readyTimeout, last, ks.Tail(30))
 		}
-		return ms.Sum("scheduler_schedule_attempts_total", map[string]string{"result": "scheduled"}) >= float64(ph.Bound), nil
-	})
+	}
 	h := ms.Histogram("scheduler_scheduling_attempt_duration_seconds", map[string]string{"result": "scheduled"})
 	ph.AttemptP50 = seconds(Quantile(0.50, h))
 	ph.AttemptP99 = seconds(Quantile(0.99, h))

@@ -40,6 +40,38 @@ func TestParseCPUCheckpoint(t *testing.T) {
 	}
 }
 
+// The checkpoint formats of later kubelets keep v2's fields at the top level, so the same reader
+// serves them: 1.36 writes v3 (v2 plus podEntries, the pod-level assignments of the alpha gate
+// PodLevelResourceManagers), 1.37 writes v4 (v2's fields, with a checksum of them alone, beside "data",
+// the full record as a string, and its own checksum; pkg/kubelet/cm/cpumanager/state/checkpoint.go).
+// Both describe the same pods as kubeletCheckpoint.
+func TestParseCPUCheckpointOfLaterKubelets(t *testing.T) {
+	entries := `"entries":{"aaaaaaaa-0000-0000-0000-000000000001":{"init":"1-6","main":"1-2"},` +
+		`"bbbbbbbb-0000-0000-0000-000000000002":{"main":"7,12"}}`
+	want, err := parseCPUCheckpoint([]byte(kubeletCheckpoint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range map[string]string{
+		"v3 (1.36)": `{"policyName":"static","defaultCpuSet":"0,8-11,13-15",` + entries + `,"checksum":1645391043}`,
+		"v4 (1.37)": `{"policyName":"static","defaultCpuSet":"0,8-11,13-15",` + entries + `,"checksum":1645391043,` +
+			`"data":"{\"policyName\":\"static\",\"defaultCpuSet\":\"0,8-11,13-15\",` +
+			`\"entries\":{\"aaaaaaaa-0000-0000-0000-000000000001\":{\"init\":\"1-6\",\"main\":\"1-2\"},` +
+			`\"bbbbbbbb-0000-0000-0000-000000000002\":{\"main\":\"7,12\"}},` +
+			`\"baselines\":{\"bbbbbbbb-0000-0000-0000-000000000002\":{\"main\":{\"baseline\":\"7\"}}}}",` +
+			`"dataChecksum":2753921024}`,
+	} {
+		got, err := parseCPUCheckpoint([]byte(in))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b cpuset.CPUSet) bool { return a.Equals(b) })); diff != "" {
+			t.Errorf("%s: (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
 func TestParseCPUCheckpointErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{`{`, "not a CPU manager checkpoint"},

@@ -29,11 +29,15 @@ const (
 	chartDir    = "../../charts/cardinal"
 	releaseName = "cardinal"
 	namespace   = "cardinal-system"
-	// kubeVersion is what `helm template` and `helm lint` render for: the test-bed's Kubernetes, patch
-	// release included. (Without it the test-bed helm renders for v1.34.0, its build's stamp:
-	// TestTestBedHelmIsStamped.)
-	kubeVersion = "v1.34.4"
 )
+
+// kubeVersion is what `helm template` and `helm lint` render for: the test-bed's Kubernetes, patch
+// release included (Without it the test-bed helm renders for the minor of its own client-go, .0:
+// TestTestBedHelmIsStamped.)
+func kubeVersion(t *testing.T) string {
+	t.Helper()
+	return cluster.TestBedVersions(t).Kubernetes
+}
 
 // helm runs the test-bed's helm with args and returns its standard output; a failure fails t
 // unless wantErr, in which case the error (with stderr) is returned.
@@ -75,7 +79,7 @@ func valuesFile(t *testing.T, values map[string]any) []string {
 
 // templateArgs are the arguments of `helm template` for the test release.
 func templateArgs(t *testing.T, values map[string]any, extra ...string) []string {
-	args := append([]string{"template", releaseName, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, valuesFile(t, values)...)
+	args := append([]string{"template", releaseName, chartDir, "--namespace", namespace, "--kube-version", kubeVersion(t)}, valuesFile(t, values)...)
 	return append(args, extra...)
 }
 
@@ -210,17 +214,18 @@ func (r *rendered) has(kind, name string) bool {
 	return false
 }
 
-// TestTestBedHelmIsStamped: the test bed builds helm with the stamps of a release build
-// (hack/testbed/build.sh): its version, and the Kubernetes version it renders for without a cluster
-// (1.34, from helm's client-go). So `helm template` and `helm lint` work without --kube-version; an
-// unstamped helm assumes v1.20.0 and refuses the chart ("incompatible with Kubernetes v1.20.0").
+// TestTestBedHelmIsStamped: the test bed builds helm (3 or 4, hack/testbed/build.sh --helm) with the
+// stamps of a release build: its version, and the Kubernetes version it renders for without a cluster
+// (its client-go's minor: helm 3 from the stamp, helm 4 from the binary's build information). So
+// `helm template` and `helm lint` work without --kube-version; an unstamped helm 3 assumes v1.20.0 and
+// refuses the chart ("incompatible with Kubernetes v1.20.0").
 func TestTestBedHelmIsStamped(t *testing.T) {
 	version, err := helm(t, nil, "version", "--template", "{{.Version}}")
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	if !strings.HasPrefix(version, "v3.") {
-		t.Errorf("helm version %q; want the release's v3.x.y", version)
+	if major := cluster.TestBedVersions(t).HelmMajor; !strings.HasPrefix(version, fmt.Sprintf("v%d.", major)) || strings.Contains(version, "unreleased") {
+		t.Errorf("helm version %q; want the release's v%d.x.y", version, major)
 	}
 	out, err := helm(t, nil, "template", releaseName, chartDir, "--namespace", namespace)
 	if err != nil {

@@ -186,8 +186,8 @@ func TestSchedulerDeployment(t *testing.T) {
 	d := get[*appsv1.Deployment](t, r, schedulerName)
 	spec := d.Spec.Template.Spec
 	ks := container(t, spec, "kube-scheduler")
-	if ks.Image != "registry.k8s.io/kube-scheduler:v1.34.4" {
-		t.Errorf("kube-scheduler image = %q", ks.Image)
+	if want := "registry.k8s.io/kube-scheduler:" + kubeVersion(t); ks.Image != want {
+		t.Errorf("kube-scheduler image = %q, want the cluster's own version, %q", ks.Image, want)
 	}
 	if !slices.Contains(ks.Command, "--config=/etc/cardinal/scheduler/scheduler-config.yaml") {
 		t.Errorf("kube-scheduler command %v lacks the generated --config", ks.Command)
@@ -867,7 +867,7 @@ func TestHelmLint(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := helm(t, nil, append([]string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, valuesFile(t, tc.values)...)...)
+			out, err := helm(t, nil, append([]string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion(t)}, valuesFile(t, tc.values)...)...)
 			if err != nil {
 				t.Fatalf("%v", err)
 			}
@@ -957,5 +957,28 @@ func TestMIGMonitor(t *testing.T) {
 	sim["devicePlugin"].(map[string]any)["mig"] = map[string]any{"monitor": true}
 	if env, admin := monitor(plugin(sim)); env || admin {
 		t.Errorf("mig.monitor=true in simulate mode: NVIDIA_MIG_MONITOR_DEVICES %v, SYS_ADMIN %v; want neither", env, admin)
+	}
+}
+
+// TestKubeSchedulerImageFollowsTheCluster: without a tag, the kube-scheduler image is the cluster's own
+// version (a kube-scheduler must not be newer than the API server, nor more than one minor older), a
+// provider's suffix dropped; a tag given wins.
+func TestKubeSchedulerImageFollowsTheCluster(t *testing.T) {
+	for _, tc := range []struct {
+		kube, tag, want string
+	}{
+		{kube: "v1.35.4", want: "v1.35.4"},
+		{kube: "v1.36.3-gke.1245000", want: "v1.36.3"},
+		{kube: "v1.37.2+k3s1", want: "v1.37.2"},
+		{kube: "v1.37.2", tag: "v1.36.1", want: "v1.36.1"},
+	} {
+		values := map[string]any{}
+		if tc.tag != "" {
+			values["scheduler"] = map[string]any{"kubeScheduler": map[string]any{"image": map[string]any{"tag": tc.tag}}}
+		}
+		d := get[*appsv1.Deployment](t, render(t, values, "--kube-version", tc.kube), schedulerName)
+		if got := container(t, d.Spec.Template.Spec, "kube-scheduler").Image; got != "registry.k8s.io/kube-scheduler:"+tc.want {
+			t.Errorf("--kube-version %s, tag %q: kube-scheduler image %q, want tag %s", tc.kube, tc.tag, got, tc.want)
+		}
 	}
 }

@@ -93,3 +93,73 @@ func buildScript() (string, error) {
 	}
 	return "", errors.New("hack/testbed/build.sh not found above the working directory; set " + BinDirEnv)
 }
+
+// Versions are the versions of the test-bed binaries BinDir found: what the tests run against.
+type Versions struct {
+	// Kubernetes is kube-apiserver's version, e.g. "v1.37.2".
+	Kubernetes string
+	// Minor is Kubernetes' minor version, e.g. 37.
+	Minor int
+	// Helm is helm's version, e.g. "v4.3.1".
+	Helm string
+	// HelmMajor is helm's major version, 3 or 4.
+	HelmMajor int
+}
+
+var versionsOnce = sync.OnceValues(func() (Versions, error) {
+	dir, err := binDirOnce()
+	if err != nil {
+		return Versions{}, err
+	}
+	return binaryVersions(dir)
+})
+
+// TestBedVersions returns the versions of the test-bed binaries (it runs them once per process).
+func TestBedVersions(t TB) Versions {
+	t.Helper()
+	v, err := versionsOnce()
+	if err != nil {
+		t.Fatalf("test-bed versions: %v", err)
+	}
+	return v
+}
+
+// binaryVersions asks dir's kube-apiserver and helm for their versions.
+func binaryVersions(dir string) (Versions, error) {
+	var v Versions
+	out, err := exec.Command(filepath.Join(dir, "kube-apiserver"), "--version").Output()
+	if err != nil {
+		return v, fmt.Errorf("kube-apiserver --version: %w", err)
+	}
+	// "Kubernetes v1.37.2"
+	if v.Kubernetes, v.Minor, err = parseVersion(strings.TrimPrefix(strings.TrimSpace(string(out)), "Kubernetes ")); err != nil {
+		return v, fmt.Errorf("kube-apiserver --version printed %q: %w", out, err)
+	}
+	if v.Kubernetes == "v0.0.0" {
+		return v, fmt.Errorf("kube-apiserver --version printed %q: not a stamped release", out)
+	}
+	out, err = exec.Command(filepath.Join(dir, "helm"), "version", "--template", "{{.Version}}").Output()
+	if err != nil {
+		return v, fmt.Errorf("helm version: %w", err)
+	}
+	var major int
+	v.Helm = strings.TrimSpace(string(out))
+	if _, err := fmt.Sscanf(v.Helm, "v%d.", &major); err != nil {
+		return v, fmt.Errorf("helm version printed %q: %w", out, err)
+	}
+	v.HelmMajor = major
+	return v, nil
+}
+
+// parseVersion checks that s is v1.MINOR.PATCH (build metadata after "-" or "+" dropped) and returns
+// that and the minor.
+func parseVersion(s string) (string, int, error) {
+	if i := strings.IndexAny(s, "-+"); i >= 0 {
+		s = s[:i]
+	}
+	var major, minor, patch int
+	if n, err := fmt.Sscanf(s, "v%d.%d.%d", &major, &minor, &patch); err != nil || n != 3 || major != 1 {
+		return s, 0, fmt.Errorf("%q is not v1.MINOR.PATCH", s)
+	}
+	return fmt.Sprintf("v1.%d.%d", minor, patch), minor, nil
+}

@@ -230,7 +230,7 @@ func (c *Cluster) AddKubelet(t TB, spec KubeletSpec) *Kubelet {
 			}
 		}
 	}
-	config, err := kubeletConfig(ports[0], ports[1], "unix://"+criSocket, staticDir, spec.Config, managers)
+	config, err := kubeletConfig(TestBedVersions(t).Minor, ports[0], ports[1], "unix://"+criSocket, staticDir, spec.Config, managers)
 	if err != nil {
 		t.Fatalf("kubelet %s: %v", spec.Name, err)
 	}
@@ -294,9 +294,10 @@ func (k *Kubelet) namespaceArgs() ([]string, error) {
 	return append(args, pairs...), nil
 }
 
-// kubeletConfig is the KubeletConfiguration that runs a kubelet without a real runtime, cgroup
-// setup or host changes, on the given ports, with each overrides map merged over it in turn.
-func kubeletConfig(port, healthzPort int, criEndpoint, staticPodPath string, overrides ...map[string]any) ([]byte, error) {
+// kubeletConfig is the KubeletConfiguration that runs a kubelet of Kubernetes 1.<minor> without a
+// real runtime, cgroup setup or host changes, on the given ports (its static pods in staticPodPath,
+// "" for none), with each overrides map merged over it in turn.
+func kubeletConfig(minor, port, healthzPort int, criEndpoint, staticPodPath string, overrides ...map[string]any) ([]byte, error) {
 	cfg := map[string]any{
 		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
 		"kind":                        "KubeletConfiguration",
@@ -310,9 +311,12 @@ func kubeletConfig(port, healthzPort int, criEndpoint, staticPodPath string, ove
 		"imageGCLowThresholdPercent":  99,
 		"serializeImagePulls":         false,
 		"failSwapOn":                  false,
+	}
+	if minor < 35 {
 		// Kubelet 1.34 with the fake runtime dereferences nil in doPodResizeAction a while into a
-		// run (seen crashing two kubelets of the e2e suite); nothing here resizes pods.
-		"featureGates": map[string]any{"InPlacePodVerticalScaling": false},
+		// run (seen crashing two kubelets of the e2e suite). From 1.35 in-place resize is GA and
+		// its gate locked on: the kubelet refuses to start with it off.
+		cfg["featureGates"] = map[string]any{"InPlacePodVerticalScaling": false}
 	}
 	for _, o := range overrides {
 		maps.Copy(cfg, o)

@@ -1,5 +1,5 @@
 // Module etcd builds the pinned etcd server used by Cardinal's test bed, kept out of the main go.mod.
-module github.com/cardinal-gpu/cardinal/hack/etcd
+module github.com/cardinal-gpu/cardinal/hack/etcd/v3.5.21
 
 go 1.24.0
 
