@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/test/e2e/stack"
@@ -195,6 +196,24 @@ func (e *env) watchFailures(t *testing.T) *failureWatch {
 		<-done
 	})
 	return f
+}
+
+// admissionRejectedAt is when the kubelet recorded rejecting pod name at admission (the
+// FirstTimestamp of its UnexpectedAdmissionError Event, whole seconds); zero if it recorded none.
+func (e *env) admissionRejectedAt(t *testing.T, name string) time.Time {
+	t.Helper()
+	sel := fields.Set{"involvedObject.name": name, "involvedObject.namespace": namespace, "reason": "UnexpectedAdmissionError"}.AsSelector().String()
+	evs, err := e.client.CoreV1().Events(namespace).List(ctx(t), metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Fatalf("events of %s: %v", name, err)
+	}
+	var at time.Time
+	for _, ev := range evs.Items {
+		if ts := ev.FirstTimestamp.Time; !ts.IsZero() && (at.IsZero() || ts.Before(at)) {
+			at = ts
+		}
+	}
+	return at
 }
 
 // at is when the pod was first seen Failed; zero if never.
