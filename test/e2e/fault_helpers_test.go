@@ -197,6 +197,32 @@ func (e *env) watchFailures(t *testing.T) *failureWatch {
 	return f
 }
 
+// rejectedAt is when node's kubelet rejected pod name at admission by the kubelet's own clock: the
+// earliest time of its UnexpectedAdmissionError Events, which the kubelet stamps when it decides (in
+// whole seconds, as core/v1 Events keep them); zero if it recorded none. The pod's Failed phase can
+// reach the API server much later: kubelets from 1.36 on, restarted, first report a pod they reject
+// as Pending and write Failed only at a later status sync (seen 8.4 s after the rejection).
+func (e *env) rejectedAt(t *testing.T, name string) time.Time {
+	t.Helper()
+	list, err := e.client.CoreV1().Events(namespace).List(ctx(t), metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + name + ",reason=UnexpectedAdmissionError",
+	})
+	if err != nil {
+		t.Fatalf("events of %s: %v", name, err)
+	}
+	var first time.Time
+	for _, ev := range list.Items {
+		at := ev.FirstTimestamp.Time
+		if at.IsZero() {
+			at = ev.EventTime.Time
+		}
+		if !at.IsZero() && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
 // at is when the pod was first seen Failed; zero if never.
 func (f *failureWatch) at(name string) time.Time {
 	f.mu.Lock()
