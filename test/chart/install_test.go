@@ -114,10 +114,10 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	if _, err := in.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("%v", err)
 	}
-	upgrade := func(values map[string]any) {
+	upgrade := func(values map[string]any, extra ...string) {
 		t.Helper()
-		if _, err := helm(t, in.helmEnv, append([]string{"upgrade", releaseName, chartDir, "--namespace", namespace},
-			valuesFile(t, values)...)...); err != nil {
+		args := append([]string{"upgrade", releaseName, chartDir, "--namespace", namespace}, extra...)
+		if _, err := helm(t, in.helmEnv, append(args, valuesFile(t, values)...)...); err != nil {
 			t.Fatalf("%v", err)
 		}
 	}
@@ -148,7 +148,18 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 
 	// "helm" mode: a chart-generated CA, rotated by every upgrade, the previous one kept trusted.
 	helmMode := map[string]any{"scheduler": map[string]any{"replicas": 2}, "webhook": map[string]any{"certificates": map[string]any{"mode": "helm"}}}
-	upgrade(helmMode)
+	var force []string
+	if cluster.TestBedVersions(t).HelmMajor >= 4 {
+		// Helm 4 applies server-side: the caBundle the webhook wrote (an Update, under its own field
+		// manager) conflicts with the chart's CA of helm mode, so the switch takes --force-conflicts
+		// (charts/cardinal/README.md). Without it the upgrade must fail on exactly that field.
+		_, err := helm(t, in.helmEnv, append([]string{"upgrade", releaseName, chartDir, "--namespace", namespace}, valuesFile(t, helmMode)...)...)
+		if err == nil || !strings.Contains(err.Error(), "conflict") || !strings.Contains(err.Error(), "caBundle") {
+			t.Errorf("helm 4 switching to helm mode over the webhook's caBundle without --force-conflicts: %v; want a conflict on caBundle", err)
+		}
+		force = []string{"--force-conflicts"}
+	}
+	upgrade(helmMode, force...)
 	middle := in.manifest(t)
 	oldSecret, err := in.c.Client.CoreV1().Secrets(namespace).Get(ctx, webhookName+"-tls", metav1.GetOptions{})
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/test/e2e/stack"
@@ -198,22 +197,30 @@ func (e *env) watchFailures(t *testing.T) *failureWatch {
 	return f
 }
 
-// admissionRejectedAt is when the kubelet recorded rejecting pod name at admission (the
-// FirstTimestamp of its UnexpectedAdmissionError Event, whole seconds); zero if it recorded none.
-func (e *env) admissionRejectedAt(t *testing.T, name string) time.Time {
+// rejectedAt is when node's kubelet rejected pod name at admission by the kubelet's own clock: the
+// earliest time of its UnexpectedAdmissionError Events, which the kubelet stamps when it decides (in
+// whole seconds, as core/v1 Events keep them); zero if it recorded none. The pod's Failed phase can
+// reach the API server much later: kubelets from 1.36 on, restarted, first report a pod they reject
+// as Pending and write Failed only at a later status sync (seen 8.4 s after the rejection).
+func (e *env) rejectedAt(t *testing.T, name string) time.Time {
 	t.Helper()
-	sel := fields.Set{"involvedObject.name": name, "involvedObject.namespace": namespace, "reason": "UnexpectedAdmissionError"}.AsSelector().String()
-	evs, err := e.client.CoreV1().Events(namespace).List(ctx(t), metav1.ListOptions{FieldSelector: sel})
+	list, err := e.client.CoreV1().Events(namespace).List(ctx(t), metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + name + ",reason=UnexpectedAdmissionError",
+	})
 	if err != nil {
 		t.Fatalf("events of %s: %v", name, err)
 	}
-	var at time.Time
-	for _, ev := range evs.Items {
-		if ts := ev.FirstTimestamp.Time; !ts.IsZero() && (at.IsZero() || ts.Before(at)) {
-			at = ts
+	var first time.Time
+	for _, ev := range list.Items {
+		at := ev.FirstTimestamp.Time
+		if at.IsZero() {
+			at = ev.EventTime.Time
+		}
+		if !at.IsZero() && (first.IsZero() || at.Before(first)) {
+			first = at
 		}
 	}
-	return at
+	return first
 }
 
 // at is when the pod was first seen Failed; zero if never.
