@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, client Client) er
 	rest := fs.Args()
 	if len(rest) == 0 {
 		fs.Usage()
-		return errors.New("give a command: nodes, cards NODE, explain POD|-f FILE, cordon|uncordon|drain NODE CARD...")
+		return errors.New("give a command: nodes, cards NODE, explain POD|-f FILE, or cordon|uncordon|drain NODE CARD")
 	}
 	cmd, rest := rest[0], rest[1:]
 	var err error
