@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,15 +23,7 @@ import (
 // while another lands on the node's other cards; drain evicts the holder and reports a pod a
 // PodDisruptionBudget protects as stayed; uncordon, and the waiting pod takes the card.
 func TestCordonAndDrain(t *testing.T) {
-	root, err := stack.Root()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	s := stack.Start(t, stack.Options{Root: root, Bin: binaries})
-	e := &env{Stack: s, client: s.Cluster.Client}
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
+	e := startEnv(t, stack.Options{})
 	kc := func(args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
 		code := cli.Main(context.Background(), args, &out, &errOut, func(string, string) (kubernetes.Interface, string, error) { return e.client, namespace, nil })

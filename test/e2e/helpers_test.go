@@ -38,6 +38,22 @@ type env struct {
 	client kubernetes.Interface
 }
 
+// startEnv starts the stack (o's Root and Bin filled in) with the scenarios' namespace.
+func startEnv(t *testing.T, o stack.Options) *env {
+	t.Helper()
+	root, err := stack.Root()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	o.Root, o.Bin = root, binaries
+	s := stack.Start(t, o)
+	e := &env{Stack: s, client: s.Cluster.Client}
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	return e
+}
+
 // ctx is a context bounded by apiTimeout for one API call or a short sequence of them.
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), apiTimeout)

@@ -21,15 +21,7 @@ import (
 // PodResources which pod it is admitting, and verifies every container start against the kubelet's
 // device checkpoint; both are the real kubelet's here.
 func TestKubeletRecordDecides(t *testing.T) {
-	root, err := stack.Root()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	s := stack.Start(t, stack.Options{Root: root, Bin: binaries, Verbosity: 1})
-	e := &env{Stack: s, client: s.Cluster.Client}
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
+	e := startEnv(t, stack.Options{Verbosity: 1})
 	if !t.Run("a pod the kubelet rejects before any device call hands nothing on", func(t *testing.T) { testRejectedFirst(t, e) }) {
 		return
 	}
