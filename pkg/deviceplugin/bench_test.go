@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -42,54 +43,60 @@ func onOff(v bool) string {
 }
 
 func benchAllocate(b *testing.B, n int, withPodResources bool) {
-	{
-		{
-			p := testPlugin(b, testCards(64, nil), 4)
-			list := &podresourcesapi.ListPodResourcesResponse{}
-			// 60 pods of sizes 1, 2, 4, 8 in turn, on disjoint slots: 15×(1+2+4+8) = 225 of 256.
-			next := 0
-			var target []string
-			var targetUID uidT
-			for i := 0; i < 60; i++ {
-				size := []int{1, 2, 4, 8}[i%4]
-				var ids []string
-				for j := 0; j < size; j++ {
-					ids = append(ids, annotations.SlotID(uuidOf(next%64), next/64))
-					next++
-				}
-				// Slots of one card share it: 10000 MiB and 20 % each (at most 4 × 10000 MiB of 81920).
-				pod := newPod(fmt.Sprintf("p%02d", i), ctr{name: "main", ids: ids, memMiB: 10000, cores: 20}).obj(b)
-				p.UpsertPod(pod)
-				pr := &podresourcesapi.PodResources{Name: pod.Name, Namespace: pod.Namespace, Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}}
-				if size == n && target == nil {
-					target, targetUID = ids, pod.UID
-				} else {
-					pr.Containers[0].Devices = []*podresourcesapi.ContainerDevices{{ResourceName: string(annotations.ResourceGPU), DeviceIds: ids}}
-				}
-				list.PodResources = append(list.PodResources, pr)
-			}
-			if withPodResources {
-				p.podResources = servePodResources(b, list)
-			}
-			req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: target}}}
-			durations := make([]time.Duration, 0, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				start := time.Now()
-				if _, err := p.Allocate(context.Background(), req); err != nil {
-					b.Fatal(err)
-				}
-				durations = append(durations, time.Since(start))
-				p.mu.Lock()
-				delete(p.local, targetUID)
-				delete(p.seen, targetUID)
-				p.mu.Unlock()
-			}
-			b.StopTimer()
-			reportPercentiles(b, durations)
+	p := testPlugin(b, testCards(64, nil), 4)
+	pods, ids := benchPods(b, p)
+	list := &podresourcesapi.ListPodResourcesResponse{}
+	var target []string
+	var targetUID uidT
+	for i, pod := range pods {
+		pr := &podresourcesapi.PodResources{Name: pod.Name, Namespace: pod.Namespace, Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}}
+		if len(ids[i]) == n && target == nil {
+			target, targetUID = ids[i], pod.UID
+		} else {
+			pr.Containers[0].Devices = []*podresourcesapi.ContainerDevices{{ResourceName: string(annotations.ResourceGPU), DeviceIds: ids[i]}}
 		}
+		list.PodResources = append(list.PodResources, pr)
 	}
+	if withPodResources {
+		p.podResources = servePodResources(b, list)
+	}
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: target}}}
+	durations := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := p.Allocate(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+		durations = append(durations, time.Since(start))
+		p.mu.Lock()
+		delete(p.local, targetUID)
+		delete(p.seen, targetUID)
+		p.mu.Unlock()
+	}
+	b.StopTimer()
+	reportPercentiles(b, durations)
+}
+
+// benchPods puts the benchmarks' node state into p: 60 pods of sizes 1, 2, 4, 8 in turn, on
+// disjoint slots (15×(1+2+4+8) = 225 of 256), each slot 10000 MiB and 20 % (at most 4 × 10000 MiB
+// of 81920 per card). It returns the pods and their slots.
+func benchPods(b *testing.B, p *Plugin) ([]*corev1.Pod, [][]string) {
+	var pods []*corev1.Pod
+	var all [][]string
+	next := 0
+	for i := 0; i < 60; i++ {
+		var ids []string
+		for range []int{1, 2, 4, 8}[i%4] {
+			ids = append(ids, annotations.SlotID(uuidOf(next%64), next/64))
+			next++
+		}
+		pod := newPod(fmt.Sprintf("p%02d", i), ctr{name: "main", ids: ids, memMiB: 10000, cores: 20}).obj(b)
+		p.UpsertPod(pod)
+		pods, all = append(pods, pod), append(all, ids)
+	}
+	return pods, all
 }
 
 // fixedLister is a PodResources server answering one fixed List.
@@ -129,26 +136,18 @@ func servePodResources(b *testing.B, list *podresourcesapi.ListPodResourcesRespo
 // call as on a node; reporting p50 and p99.
 func BenchmarkPreStart(b *testing.B) {
 	p := testPlugin(b, testCards(64, nil), 4)
+	pods, all := benchPods(b, p)
 	var rec kubeletrecord.Record
-	next := 0
 	var target []string
-	for i := 0; i < 60; i++ {
-		size := []int{1, 2, 4, 8}[i%4]
-		var ids []string
-		for j := 0; j < size; j++ {
-			ids = append(ids, annotations.SlotID(uuidOf(next%64), next/64))
-			next++
-		}
-		pod := newPod(fmt.Sprintf("p%02d", i), ctr{name: "main", ids: ids, memMiB: 10000, cores: 20}).obj(b)
-		p.UpsertPod(pod)
-		resp, err := allocateIDs(p, ids...)
+	for i, pod := range pods {
+		resp, err := allocateIDs(p, all[i]...)
 		if err != nil {
 			b.Fatal(err)
 		}
 		rec.Entries = append(rec.Entries, kubeletrecord.Entry{PodUID: pod.UID, Container: "main", Resource: string(annotations.ResourceGPU),
-			IDs: slices.Sorted(slices.Values(ids)), Response: resp.ContainerResponses[0]})
-		if size == 4 && target == nil {
-			target = ids
+			IDs: slices.Sorted(slices.Values(all[i])), Response: resp.ContainerResponses[0]})
+		if len(all[i]) == 4 && target == nil {
+			target = all[i]
 		}
 	}
 	data, err := kubeletrecord.Encode(rec)
