@@ -243,6 +243,24 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	c.bump(n)
 }
 
+// CordonsDiffer reports whether node's cordon marks put a card of the node in or out of service
+// differently from what the cache holds (false for a node the cache has no cards of).
+func (c *Cache) CordonsDiffer(node *corev1.Node) bool {
+	cs := annotations.CordonsOf(node.Annotations)
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[node.Name]
+	if !ok || n.state == nil {
+		return false
+	}
+	for i := range n.state.Cards {
+		if card := &n.state.Cards[i]; card.Cordoned != card.CordonedBy(cs) {
+			return true
+		}
+	}
+	return false
+}
+
 // sameCards reports whether two states describe the same inventory.
 func sameCards(a, b *core.NodeState) bool {
 	if len(a.Cards) != len(b.Cards) {

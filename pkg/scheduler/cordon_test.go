@@ -1,9 +1,11 @@
 package scheduler
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -54,5 +56,39 @@ func TestCordonedCardTakesNothingNew(t *testing.T) {
 	res = decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pinned, NodeNames: names("n1")}))
 	if len(res.FailedNodes) != 0 || !cmp.Equal([]string{"n1"}, *res.NodeNames) {
 		t.Errorf("after uncordon: failed %v, fit %v", res.FailedNodes, res.NodeNames)
+	}
+}
+
+// The uncordon reaches kube-scheduler before the extender's informer: the filter call it triggers
+// must not be refused on the mark already gone (the pod would wait for the next cluster event).
+// The cache still holds the mark; the API server does not; the filter reads the node and admits.
+func TestFilterReadsTheCordonAtTheLastMoment(t *testing.T) {
+	spec := nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1}
+	node := gpuNode(spec)
+	mark, err := annotations.EncodeCordon(annotations.Cordon{Reason: "reseat", By: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations[annotations.CordonKey(uuidOf("n1", 0))] = mark
+	h := newHarness(t, harnessOptions{}, node)
+	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
+	h.createPods(pod)
+
+	// Cordoned in both: refused, with the reason.
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("n1")}))
+	if len(res.FailedNodes) != 1 {
+		t.Fatalf("cordoned: failed %v, want n1 refused", res.FailedNodes)
+	}
+
+	// Uncordoned on the API server only (the informer is behind).
+	fresh := node.DeepCopy()
+	delete(fresh.Annotations, annotations.CordonKey(uuidOf("n1", 0)))
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), fresh, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.rechecks = cordonRechecks{} // the first call read the node less than a second ago
+	res = decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("n1")}))
+	if len(res.FailedNodes) != 0 || res.NodeNames == nil || !cmp.Equal([]string{"n1"}, *res.NodeNames) {
+		t.Errorf("uncordoned on the API server: failed %v, fit %v; want n1 to fit", res.FailedNodes, res.NodeNames)
 	}
 }

@@ -63,6 +63,9 @@ type Server struct {
 	// pdbs lists PodDisruptionBudgets for preemption (nil: none known).
 	pdbs PDBLister
 
+	// rechecks: when each node's cordon marks were last read (recheck.go).
+	rechecks cordonRechecks
+
 	memoMu sync.Mutex
 	memo   memo
 	// refused is guarded by memoMu (preempt.go).
@@ -316,6 +319,11 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		return &extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames, Nodes: args.Nodes}
 	}
 	verdicts := s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
+	if !anyFits(verdicts) {
+		if cordoned := cordonRefused(names, verdicts); len(cordoned) > 0 && s.recheckCordons(ctx, cordoned) {
+			verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
+		}
+	}
 	s.cache.pending.note(args.Pod.UID, verdicts, s.cache.clock.Now())
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
 	pass := make([]int, 0, len(names))

@@ -365,16 +365,22 @@ func (n *NodeState) Cordon(cs annotations.Cordons) int {
 	marked := 0
 	for i := range n.Cards {
 		c := &n.Cards[i]
-		why := cs.Why(c.UUID)
-		if why == "" && c.Instance() {
-			why = cs.Why(c.Parent)
-		}
-		c.Cordoned = why
-		if why != "" {
+		c.Cordoned = c.CordonedBy(cs)
+		if c.Cordoned != "" {
 			marked++
 		}
 	}
 	return marked
+}
+
+// CordonedBy is why the marks cs cordon the device ("" when they do not): its own mark, or for a
+// MIG instance its parent card's.
+func (c *Card) CordonedBy(cs annotations.Cordons) string {
+	why := cs.Why(c.UUID)
+	if why == "" && c.Instance() {
+		why = cs.Why(c.Parent)
+	}
+	return why
 }
 
 // addInstances appends the MIG instances of card p as cards.

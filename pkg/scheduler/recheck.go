@@ -1,0 +1,98 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
+)
+
+// Cordons read at the last moment. kube-scheduler retries a pod the extender refused on any
+// cluster event, the Node update that uncordons a card among them, and its informer may deliver
+// that update before the extender's does. The retry is then refused on a mark already gone, and
+// the pod is parked until the next cluster event: in a quiet cluster, kube-scheduler's
+// unschedulable flush, five minutes later. So when no node fits a pod and some were refused for
+// cordoned cards, the mark that decides is read from the API server (a quorum read) and, where
+// it changed, applied before the pod is evaluated again.
+const (
+	// maxCordonRechecks bounds the nodes one filter call reads.
+	maxCordonRechecks = 4
+	// cordonRecheckEvery bounds how often one node is read, whatever the number of pods refused.
+	cordonRecheckEvery = time.Second
+	// cordonRecheckTimeout bounds one read.
+	cordonRecheckTimeout = 2 * time.Second
+)
+
+// cordonRechecks remembers when each node was last read.
+type cordonRechecks struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// due reports whether node may be read now, and if so records that it is.
+func (r *cordonRechecks) due(node string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.last[node]; ok && now.Sub(t) < cordonRecheckEvery {
+		return false
+	}
+	if r.last == nil || len(r.last) > 4096 {
+		r.last = map[string]time.Time{}
+	}
+	r.last[node] = now
+	return true
+}
+
+// cordonRefused lists the nodes whose verdict is a refusal for cordoned cards.
+func cordonRefused(names []string, verdicts []Verdict) []string {
+	var out []string
+	for i, v := range verdicts {
+		if v.Reason != nil && v.Reason.Kind == core.ReasonCordoned {
+			out = append(out, names[i])
+		}
+	}
+	return out
+}
+
+// recheckCordons reads the nodes (at most maxCordonRechecks, each at most once a cordonRecheckEvery)
+// and applies those whose cordon marks differ from the cache's; it reports whether one did.
+func (s *Server) recheckCordons(ctx context.Context, nodes []string) bool {
+	changed := false
+	read := 0
+	for _, name := range nodes {
+		if read == maxCordonRechecks {
+			break
+		}
+		if !s.rechecks.due(name, s.cache.clock.Now()) {
+			continue
+		}
+		read++
+		rctx, cancel := context.WithTimeout(ctx, cordonRecheckTimeout)
+		node, err := s.client.CoreV1().Nodes().Get(rctx, name, metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			s.log.V(2).Info("cordon recheck: cannot read the node", logging.KeyNode, name, "err", err)
+			continue
+		}
+		if s.cache.CordonsDiffer(node) {
+			s.log.V(2).Info("cordon recheck: the node's marks changed before the informer said so", logging.KeyNode, name)
+			s.cache.UpsertNode(node)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// anyFits reports whether a verdict admits its node.
+func anyFits(verdicts []Verdict) bool {
+	for _, v := range verdicts {
+		if v.Reason == nil {
+			return true
+		}
+	}
+	return false
+}
