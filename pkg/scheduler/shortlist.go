@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 )
 
 // The filter shortlist (Config.FilterShortlist). kube-scheduler runs its score plugins over every
@@ -209,7 +210,7 @@ func (s *softNode) intolerable(tolerations []corev1.Toleration) int {
 		tolerated := false
 		for j := range tolerations {
 			t := &tolerations[j]
-			if (t.Effect == "" || t.Effect == corev1.TaintEffectPreferNoSchedule) && t.ToleratesTaint(&s.taints[i]) {
+			if (t.Effect == "" || t.Effect == corev1.TaintEffectPreferNoSchedule) && t.ToleratesTaint(klog.Background(), &s.taints[i], false) {
 				tolerated = true
 				break
 			}

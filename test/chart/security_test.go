@@ -144,7 +144,7 @@ func TestNamespacePodSecurity(t *testing.T) {
 	if r := render(t, nil); r.has("Namespace", namespace) {
 		t.Error("the namespace is rendered without namespace.create")
 	}
-	evaluator, err := policy.NewEvaluator(policy.DefaultChecks())
+	evaluator, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ type runtimeView struct {
 func viewOfConfig(c *runtimeapi.ContainerConfig) runtimeView {
 	v := runtimeView{Env: map[string]string{}, Mounts: map[string]string{}}
 	for _, kv := range c.GetEnvs() {
-		v.Env[kv.GetKey()] = kv.GetValue()
+		v.Env[kv.GetKey()] = string(kv.GetValue())
 	}
 	for _, m := range c.GetMounts() {
 		v.Mounts[m.GetContainerPath()] = m.GetHostPath()

@@ -82,7 +82,7 @@ func testRejectedFirst(t *testing.T, e *env) {
 	}
 	want := strings.Join(asg.Container("main").IDs(), ",")
 	for _, kv := range cfg.GetEnvs() {
-		if kv.GetKey() == deviceplugin.EnvVisibleDevices && kv.GetValue() != want {
+		if kv.GetKey() == deviceplugin.EnvVisibleDevices && string(kv.GetValue()) != want {
 			t.Errorf("rj-b/main started with %s=%s, want its own %s", deviceplugin.EnvVisibleDevices, kv.GetValue(), want)
 		}
 	}
@@ -140,7 +140,7 @@ func testRestartBatchWithInit(t *testing.T, e *env) {
 			}
 			env := map[string]string{}
 			for _, kv := range cfg.GetEnvs() {
-				env[kv.GetKey()] = kv.GetValue()
+				env[kv.GetKey()] = string(kv.GetValue())
 			}
 			if got := [2]string{env[deviceplugin.EnvMemoryLimitPrefix+"0"], env[deviceplugin.EnvSMLimit]}; got != want ||
 				(c == "main" && env[deviceplugin.EnvMemoryLimitPrefix+"1"] != want[0]) {
