@@ -3,6 +3,7 @@ package scheduler
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
@@ -19,29 +20,31 @@ type hostRecord struct {
 }
 
 // podHost is a pod's effective CPU (millicores) and memory (MiB, rounded up) request, as
-// kube-scheduler's NodeResourcesFit counts it: the larger of the app containers plus the sidecars
-// (restartable init containers) and the peak of the init phase (each init container beside the
-// sidecars started before it), plus the pod's overhead. It allocates nothing.
+// kube-scheduler's NodeResourcesFit counts the pod it places: the larger of the app containers
+// plus the sidecars (restartable init containers) and the peak of the init phase, or the pod-level
+// requests where the pod sets them (PodLevelResources, on by default since 1.34), plus the pod's
+// overhead. It is component-helpers' PodRequests, the function kube-scheduler calls. It allocates
+// nothing.
 func podHost(pod *corev1.Pod) core.HostRequest {
-	var sideCPU, sideMem, initCPU, initMem int64
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		cpu, mem := requestOf(c.Resources.Requests)
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			sideCPU, sideMem = sideCPU+cpu, sideMem+mem
-			initCPU, initMem = max(initCPU, sideCPU), max(initMem, sideMem)
-			continue
-		}
-		initCPU, initMem = max(initCPU, sideCPU+cpu), max(initMem, sideMem+mem)
-	}
-	appCPU, appMem := sideCPU, sideMem
-	for i := range pod.Spec.Containers {
-		cpu, mem := requestOf(pod.Spec.Containers[i].Resources.Requests)
-		appCPU, appMem = appCPU+cpu, appMem+mem
-	}
-	cpu, mem := requestOf(pod.Spec.Overhead)
-	cpu += max(appCPU, initCPU)
-	mem += max(appMem, initMem)
+	return hostRequest(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
+}
+
+// heldHost is what a bound pod holds, as kube-scheduler's NodeInfo counts it: with in-place resize
+// (GA since 1.35) the spec is what the pod asks for and its status what the kubelet allocated and
+// the runtime applied, so a resize in progress holds the larger, and one the kubelet found
+// infeasible (a Guaranteed pod under the static CPU manager, for one) holds what it had.
+func heldHost(pod *corev1.Pod) core.HostRequest {
+	return hostRequest(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+		UseStatusResources: true,
+		// Pod-level resize (beta, on by default, in 1.36): a kubelet without it reports no pod-level
+		// status resources, and the spec is used.
+		InPlacePodLevelResourcesVerticalScalingEnabled: true,
+	}))
+}
+
+// hostRequest reads CPU and memory from a request list: millicores, and MiB rounded up.
+func hostRequest(l corev1.ResourceList) core.HostRequest {
+	cpu, mem := requestOf(l)
 	return core.HostRequest{CPUMilli: max(cpu, 0), MemMiB: max((mem+mib-1)/mib, 0)}
 }
 
@@ -69,7 +72,7 @@ func hostOf(pod *corev1.Pod) (hostRecord, bool) {
 	if pod.Spec.NodeName == "" || finished(pod) {
 		return hostRecord{}, false
 	}
-	r := podHost(pod)
+	r := heldHost(pod)
 	if r == (core.HostRequest{}) {
 		return hostRecord{}, false
 	}

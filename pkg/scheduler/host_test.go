@@ -92,6 +92,43 @@ func TestPodHostEffectiveRequest(t *testing.T) {
 	}
 }
 
+// Kubernetes 1.34-1.37 (issue 35): pod-level requests replace the containers' sum where a pod sets
+// them, and a bound pod resized in place holds the larger of what it asks and what the kubelet
+// allocated, or what it had when the kubelet found the resize infeasible, as kube-scheduler counts.
+func TestHostFollowsPodLevelRequestsAndResize(t *testing.T) {
+	podLevel := cpuPod("pl", "", "500m", "1Gi")
+	podLevel.Spec.Resources = &corev1.ResourceRequirements{Requests: requests("4", "8Gi").Requests}
+	if got, want := podHost(podLevel), (core.HostRequest{CPUMilli: 4000, MemMiB: 8192}); got != want {
+		t.Errorf("pod-level requests: %+v, want %+v", got, want)
+	}
+
+	resized := func(spec, allocated, actual string, infeasible bool) *corev1.Pod {
+		p := cpuPod("r", "n1", spec, "1Gi")
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c",
+			AllocatedResources: requests(allocated, "1Gi").Requests,
+			Resources:          &corev1.ResourceRequirements{Requests: requests(actual, "1Gi").Requests}}}
+		if infeasible {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible}}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want int64
+	}{
+		{"up, in progress: the new request", resized("4", "2", "2", false), 4000},
+		{"down, not yet applied: what the runtime still gives", resized("1", "1", "3", false), 3000},
+		{"infeasible: what it had", resized("8", "2", "2", true), 2000},
+		{"settled", resized("2", "2", "2", false), 2000},
+	} {
+		rec, ok := hostOf(tc.pod)
+		if !ok || rec.req.CPUMilli != tc.want {
+			t.Errorf("%s: held %+v (ok %v), want %d millicores", tc.name, rec.req, ok, tc.want)
+		}
+	}
+}
+
 func TestCacheHostAccounting(t *testing.T) {
 	type step struct {
 		name string
