@@ -239,6 +239,7 @@ func Run(ctx context.Context, cfg Config) error {
 			if ttl == 0 {
 				ttl = DefaultReservationTTL
 			}
+			go watchDRAMappings(ctx, log.WithName("dra"), client, cfg.Resources, srv.metrics.draMapped)
 			srv.runReservationSweeper(ctx, ttl)
 		}
 	}()
