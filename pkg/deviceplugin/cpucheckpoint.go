@@ -27,6 +27,14 @@ import (
 // hash of a Go-specific dump of the kubelet's struct, and the kubelet writes the file by an atomic
 // rename, so a half-written file is never read. A v1 checkpoint (entries by container ID, from
 // kubelets before 1.19, which rewrite it as v2 when they start) cannot name pods and is refused.
+//
+// Kubelets 1.37 write the v4 checkpoint: the authoritative record moves into "data" (a JSON string
+// with its own checksum), and the v2 fields stay beside it, written from the same record at every
+// save, for kubelets that can only read v2 (k8s.io/kubernetes v1.37.2, checkpoint.go,
+// MarshalCheckpoint). Those fields are what is read here, on 1.34 to 1.37 alike. What v4 adds
+// beside them: baselines (CPUs at admission, for in-place resize of exclusive CPUs, alpha and off
+// by default) and podEntries (pod-level exclusive CPUs, behind alpha gates), neither of which a
+// default kubelet writes.
 
 // cpuCheckpoint is the JSON of the kubelet's CPU manager checkpoint.
 type cpuCheckpoint struct {
