@@ -93,7 +93,7 @@ func Start(t TB, opts Options) *Cluster {
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(processIdentity(os.Getpid())), 0o644); err != nil {
 		t.Fatalf("cluster dir: %v", err)
 	}
-	c := &Cluster{Dir: dir, LogDir: t.TempDir(), bin: bin, kubelets: map[string]*Kubelet{}}
+	c := &Cluster{Dir: dir, LogDir: logDir(t), bin: bin, kubelets: map[string]*Kubelet{}}
 	// Registered before any process starts, so it runs after all their cleanups (LIFO).
 	t.Cleanup(func() {
 		c.Stop()
@@ -381,4 +381,27 @@ func removeStaleDirs(t TB) {
 			t.Logf("remove stale test-bed dir %s: %v", dir, err)
 		}
 	}
+}
+
+// KeepLogsEnv names a folder under which each cluster's component logs are kept after the test
+// (one sub-folder per test), for a failure that needs more than the last lines printed.
+const KeepLogsEnv = "CARDINAL_TESTBED_KEEP_LOGS"
+
+// logDir is where the cluster's processes log: a folder of the test, removed with it, or one kept
+// under $CARDINAL_TESTBED_KEEP_LOGS.
+func logDir(t TB) string {
+	keep := os.Getenv(KeepLogsEnv)
+	if keep == "" {
+		return t.TempDir()
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		t.Fatalf("%s: %v", KeepLogsEnv, err)
+	}
+	dir, err := os.MkdirTemp(keep, name+"-")
+	if err != nil {
+		t.Fatalf("%s: %v", KeepLogsEnv, err)
+	}
+	t.Logf("component logs kept in %s", dir)
+	return dir
 }
