@@ -19,7 +19,7 @@ COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/scheduler-extender ./cmd/webhook
 # cgo (go-nvml dlopens libnvidia-ml.so.1), linked dynamically against glibc; the pure-Go resolver and
 # user lookup keep NSS modules out of the process.
-RUN CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o /out/ ./cmd/device-plugin
+RUN CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o /out/ ./cmd/device-plugin
 
 # Static binaries: distroless static (CA certificates, /etc/passwd, nothing else), non-root.
 FROM gcr.io/distroless/static-debian12:nonroot AS scheduler-extender

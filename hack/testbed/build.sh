@@ -161,6 +161,11 @@ main() {
 		done
 	}
 	reuse_siblings
+	if ! have_all; then
+		echo "testbed: building the missing binaries into $out, once (a whole minor takes about 13 minutes on 2 cores; cached after)" >&2
+	fi
+	# built WHAT START: say how long building WHAT took since SECONDS was START.
+	built() { echo "testbed: built $1 in $((SECONDS - $2)) s" >&2; }
 
 	local mod="$root/hack/testbed/k8s-$K8S_MINOR" ld p
 	[ -f "$mod/go.mod" ] || { echo "testbed: $mod/go.mod missing (hack/testbed/add-minor.sh $K8S_VERSION writes it)" >&2; exit 1; }
@@ -173,24 +178,31 @@ main() {
 	build_k8s() {
 		local b=$1
 		[ -x "$out/$b" ] && return 0
+		local start=$SECONDS
 		echo "testbed: building $b $K8S_VERSION" >&2
 		(cd "$mod" && go build -trimpath -ldflags "$ld" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b")
 		mv "$out/$b.tmp" "$out/$b"
+		built "$b" "$start"
 	}
 	for b in kube-apiserver kube-scheduler kubelet kubectl; do build_k8s "$b"; done
 
+	local start
 	if [ ! -x "$out/etcd" ]; then
+		start=$SECONDS
 		echo "testbed: building etcd $ETCD_VERSION" >&2
 		[ -f "$root/hack/etcd/$ETCD_VERSION/go.mod" ] || { echo "testbed: hack/etcd/$ETCD_VERSION/go.mod missing" >&2; exit 1; }
 		(cd "$root/hack/etcd/$ETCD_VERSION" && go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" .)
 		mv "$out/etcd.tmp" "$out/etcd"
+		built etcd "$start"
 	fi
 	if [ ! -x "$out/helm" ]; then
+		start=$SECONDS
 		echo "testbed: building helm $HELM_VERSION" >&2
 		local hld
 		hld=$(helm_ldflags) # its own statement, so that set -e stops the build when it fails
 		GOBIN="$out/.helm" go install -trimpath -ldflags "$hld" "helm.sh/helm/$HELM_MAJOR/cmd/helm@$HELM_VERSION"
 		mv "$out/.helm/helm" "$out/helm" && rmdir "$out/.helm"
+		built helm "$start"
 	fi
 	have_all
 	echo "$out"

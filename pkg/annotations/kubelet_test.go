@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// sampleKubeletInventory is the README's second inventory example: one card and the kubelet's
+// sampleKubeletInventory is docs/contract.md's second inventory example: one card and the kubelet's
 // topology settings.
 func sampleKubeletInventory() Inventory {
 	inv := sampleInventory()

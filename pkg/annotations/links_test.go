@@ -8,7 +8,7 @@ import (
 )
 
 // sampleLinksInventory is four PCIe cards on one socket with NVLink bridges 0-1 and 2-3, each pair
-// below its own PCIe switch; the README's links example.
+// below its own PCIe switch; docs/contract.md's links example.
 func sampleLinksInventory() Inventory {
 	inv := Inventory{}
 	for i, u := range []string{uuid0, uuid1, uuid2, "GPU-9a7d3b21-4c5e-4f60-8e1a-2b3c4d5e6f71"} {

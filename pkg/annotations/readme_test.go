@@ -15,24 +15,31 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// The README's contract section is documentation people act on; these tests keep it equal to the code.
+// The contract's pages are documentation people act on; these tests keep them equal to the code.
 
-const readmePath = "../../README.md"
+// contractPages are the pages that hold the contract, each between contract markers: what a pod's
+// author writes (resources, pod annotations), then what other programs read (records, node keys).
+var contractPages = []string{"../../docs/using.md", "../../docs/contract.md"}
 
-// contractSection returns the README text between the contract markers.
+// contractSection returns the text between the contract markers of every contract page, in order.
 func contractSection(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
 	const begin, end = "<!-- contract:begin -->", "<!-- contract:end -->"
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("%s: no %s ... %s section", readmePath, begin, end)
+	var out strings.Builder
+	for _, p := range contractPages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		i, j := strings.Index(s, begin), strings.Index(s, end)
+		if i < 0 || j < i {
+			t.Fatalf("%s: no %s ... %s section", p, begin, end)
+		}
+		out.WriteString(s[i+len(begin) : j])
+		out.WriteString("\n")
 	}
-	return s[i+len(begin) : j]
+	return out.String()
 }
 
 // readmeTables returns, for each table of the section whose header starts with one of headers, the
@@ -48,12 +55,15 @@ func readmeTables(t *testing.T, section string) map[string][]string {
 			current = ""
 		case current == "":
 			current = strings.TrimSpace(line)
+			if _, dup := tables[current]; dup {
+				t.Errorf("two contract tables have the header %s", current)
+			}
 			tables[current] = []string{}
 		case strings.HasPrefix(line, "|---"):
 		default:
 			m := first.FindStringSubmatch(line)
 			if m == nil {
-				t.Errorf("README table %q: row without a `key` in its first cell: %s", current, line)
+				t.Errorf("contract table %q: row without a `key` in its first cell: %s", current, line)
 				continue
 			}
 			tables[current] = append(tables[current], m[1])
@@ -64,7 +74,7 @@ func readmeTables(t *testing.T, section string) map[string][]string {
 
 // slashConstants returns the value of every string constant of the package (test files aside) that
 // looks like a resource name or annotation key (domain/name), so a new key cannot be left out of
-// the README.
+// the docs.
 func slashConstants(t *testing.T) map[string]string {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
@@ -126,22 +136,22 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 	tables := readmeTables(t, contractSection(t))
 	const kubeletTableHeader = "| field | value | meaning |"
 	if diff := cmp.Diff(jsonFields(reflect.TypeOf(KubeletTopology{}), ""), tables[kubeletTableHeader]); diff != "" {
-		t.Errorf("README kubelet field table (first column, in order) differs from KubeletTopology's JSON fields (-code +README):\n%s", diff)
+		t.Errorf("docs: kubelet field table (first column, in order) differs from KubeletTopology's JSON fields (-code +docs):\n%s", diff)
 	}
 	delete(tables, kubeletTableHeader)
 	const sharingTableHeader = "| sharing field | value | meaning |"
 	if diff := cmp.Diff(jsonFields(reflect.TypeOf(Sharing{}), ""), tables[sharingTableHeader]); diff != "" {
-		t.Errorf("README sharing field table (first column, in order) differs from Sharing's JSON fields (-code +README):\n%s", diff)
+		t.Errorf("docs: sharing field table (first column, in order) differs from Sharing's JSON fields (-code +docs):\n%s", diff)
 	}
 	delete(tables, sharingTableHeader)
 	const migTableHeader = "| mig field | value | meaning |"
 	if diff := cmp.Diff(jsonFields(reflect.TypeOf(MIG{}), ""), tables[migTableHeader]); diff != "" {
-		t.Errorf("README mig field table (first column, in order) differs from MIG's and MIGInstance's JSON fields (-code +README):\n%s", diff)
+		t.Errorf("docs: mig field table (first column, in order) differs from MIG's and MIGInstance's JSON fields (-code +docs):\n%s", diff)
 	}
 	delete(tables, migTableHeader)
 	const linksTableHeader = "| links field | value | meaning |"
 	if diff := cmp.Diff(jsonFields(reflect.TypeOf(Link{}), ""), tables[linksTableHeader]); diff != "" {
-		t.Errorf("README links field table (first column, in order) differs from Link's JSON fields (-code +README):\n%s", diff)
+		t.Errorf("docs: links field table (first column, in order) differs from Link's JSON fields (-code +docs):\n%s", diff)
 	}
 	delete(tables, linksTableHeader)
 	const (
@@ -157,10 +167,10 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 	resources = append(resources, string(ResourceMIGRoute), string(ResourceHostRoute))
 	want := map[string][]string{resourceTable: resources, podTable: UserKeys, internalTable: InternalKeys, operatorTable: {CordonPrefix}}
 	if diff := cmp.Diff(want, tables); diff != "" {
-		t.Errorf("README contract tables (first column, in order) differ from the constants (-code +README):\n%s", diff)
+		t.Errorf("docs: contract tables (first column, in order) differ from the constants (-code +docs):\n%s", diff)
 	}
 
-	// Every key-like constant of the package is in one of the lists above, and so in the README.
+	// Every key-like constant of the package is in one of the lists above, and so in the docs.
 	listed := map[string]bool{}
 	for _, keys := range want {
 		for _, k := range keys {
@@ -169,7 +179,7 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 	}
 	for value, name := range slashConstants(t) {
 		if !listed[value] {
-			t.Errorf("constant %s = %q is in no README table (and not in UserKeys, InternalKeys or DefaultResourceNames)", name, value)
+			t.Errorf("constant %s = %q is in no docs table (and not in UserKeys, InternalKeys or DefaultResourceNames)", name, value)
 		}
 	}
 }
@@ -178,33 +188,33 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 	section := contractSection(t)
 	for _, p := range Policies {
 		if !strings.Contains(section, "`"+string(p)+"`") {
-			t.Errorf("README contract does not name policy `%s`", p)
+			t.Errorf("docs: contract does not name policy `%s`", p)
 		}
 	}
 	for _, m := range SharingModes {
 		if !strings.Contains(section, "`"+m+"`") {
-			t.Errorf("README contract does not name sharing mode `%s`", m)
+			t.Errorf("docs: contract does not name sharing mode `%s`", m)
 		}
 	}
 	for _, e := range SharingEnforcements {
 		if !strings.Contains(section, "`"+e+"`") {
-			t.Errorf("README contract does not name sharing enforcement `%s`", e)
+			t.Errorf("docs: contract does not name sharing enforcement `%s`", e)
 		}
 	}
 	for _, flag := range []string{"--resource-gpu", "--resource-gpumem", "--resource-gpumem-percentage", "--resource-gpucores"} {
 		if !strings.Contains(section, "`"+flag+"`") {
-			t.Errorf("README contract does not name flag `%s`", flag)
+			t.Errorf("docs: contract does not name flag `%s`", flag)
 		}
 	}
 	if !strings.Contains(section, "| 0–"+strconv.Itoa(MaxGPUsPerContainer)+" |") {
-		t.Errorf("README resource table does not give 0–%d for nvidia.com/gpu", MaxGPUsPerContainer)
+		t.Errorf("docs: resource table does not give 0–%d for nvidia.com/gpu", MaxGPUsPerContainer)
 	}
 	if !strings.Contains(section, "at most "+strconv.Itoa(MaxListEntries)+" entries") {
-		t.Errorf("README contract does not say a list holds at most %d entries", MaxListEntries)
+		t.Errorf("docs: contract does not say a list holds at most %d entries", MaxListEntries)
 	}
 	for _, mode := range []string{MIGEnabled, MIGEnabling} {
 		if !strings.Contains(section, "`"+mode+"`") {
-			t.Errorf("README contract does not name MIG mode `%s`", mode)
+			t.Errorf("docs: contract does not name MIG mode `%s`", mode)
 		}
 	}
 	levels := make([]string, len(PCIeLevels))
@@ -212,22 +222,22 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 		levels[i] = "`" + l + "`"
 	}
 	if !strings.Contains(section, "| "+strings.Join(levels, ", ")+" (optional) |") {
-		t.Errorf("README links table does not give the PCIe levels %s in order", strings.Join(levels, ", "))
+		t.Errorf("docs: links table does not give the PCIe levels %s in order", strings.Join(levels, ", "))
 	}
 	if !strings.Contains(section, "| 0–"+strconv.Itoa(MaxNVLinks)+" (optional") {
-		t.Errorf("README links table does not give 0–%d for nvlinks", MaxNVLinks)
+		t.Errorf("docs: links table does not give 0–%d for nvlinks", MaxNVLinks)
 	}
 	if !strings.Contains(section, "`"+LinkNVLink+"`") {
-		t.Errorf("README contract does not name the link requirement `%s`", LinkNVLink)
+		t.Errorf("docs: contract does not name the link requirement `%s`", LinkNVLink)
 	}
 	if !strings.Contains(section, "at most "+strconv.Itoa(MaxMIGInstances)+" |") {
-		t.Errorf("README mig table does not give at most %d instances", MaxMIGInstances)
+		t.Errorf("docs: mig table does not give at most %d instances", MaxMIGInstances)
 	}
 	if !strings.Contains(section, "`"+string(DefaultResourceNames().MIGResource("1g.10gb+me"))+"`") {
-		t.Errorf("README contract does not show how a profile with + is named (%s)", DefaultResourceNames().MIGResource("1g.10gb+me"))
+		t.Errorf("docs: contract does not show how a profile with + is named (%s)", DefaultResourceNames().MIGResource("1g.10gb+me"))
 	}
 	if !strings.Contains(section, "1–"+strconv.Itoa(MaxMemoryMiB)+" (MiB)") {
-		t.Errorf("README resource table does not give 1–%d (MiB) for nvidia.com/gpumem", MaxMemoryMiB)
+		t.Errorf("docs: resource table does not give 1–%d (MiB) for nvidia.com/gpumem", MaxMemoryMiB)
 	}
 }
 
@@ -236,7 +246,7 @@ func TestReadmeJSONExamples(t *testing.T) {
 	section := contractSection(t)
 	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(section, -1)
 	if len(blocks) != 6 {
-		t.Fatalf("README contract has %d json blocks, want 6 (inventory, inventory with kubelet, inventory with MIG, inventory with links, assignment, allocation)", len(blocks))
+		t.Fatalf("docs: contract has %d json blocks, want 6 (inventory, inventory with kubelet, inventory with MIG, inventory with links, assignment, allocation)", len(blocks))
 	}
 	lraw := blocks[3][1]
 	linv, err := DecodeInventory(lraw)
@@ -246,7 +256,7 @@ func TestReadmeJSONExamples(t *testing.T) {
 	wantLinv := sampleLinksInventory()
 	wantLinv.V = Version
 	if diff := cmp.Diff(wantLinv, linv); diff != "" {
-		t.Errorf("inventory with links example (-want +README):\n%s", diff)
+		t.Errorf("inventory with links example (-want +docs):\n%s", diff)
 	}
 	lenc, err := EncodeInventory(sampleLinksInventory())
 	if err != nil {
@@ -264,7 +274,7 @@ func TestReadmeJSONExamples(t *testing.T) {
 	wantMinv := sampleMIGInventory()
 	wantMinv.V = Version
 	if diff := cmp.Diff(wantMinv, minv); diff != "" {
-		t.Errorf("inventory with MIG example (-want +README):\n%s", diff)
+		t.Errorf("inventory with MIG example (-want +docs):\n%s", diff)
 	}
 	menc, err := EncodeInventory(sampleMIGInventory())
 	if err != nil {
@@ -282,7 +292,7 @@ func TestReadmeJSONExamples(t *testing.T) {
 	wantKinv := sampleKubeletInventory()
 	wantKinv.V = Version
 	if diff := cmp.Diff(wantKinv, kinv); diff != "" {
-		t.Errorf("inventory with kubelet example (-want +README):\n%s", diff)
+		t.Errorf("inventory with kubelet example (-want +docs):\n%s", diff)
 	}
 	blocks = append(blocks[:1:1], blocks[2:]...) // the checks below take inventory, assignment, allocation
 	kenc, err := EncodeInventory(sampleKubeletInventory())
@@ -299,7 +309,7 @@ func TestReadmeJSONExamples(t *testing.T) {
 	wantInv := sampleInventory()
 	wantInv.V = Version
 	if diff := cmp.Diff(wantInv, inv); diff != "" {
-		t.Errorf("inventory example (-want +README):\n%s", diff)
+		t.Errorf("inventory example (-want +docs):\n%s", diff)
 	}
 	as, err := DecodeAssignment(blocks[1][1])
 	if err != nil {
@@ -308,7 +318,7 @@ func TestReadmeJSONExamples(t *testing.T) {
 	wantAs := sampleAssignment()
 	wantAs.V = Version
 	if diff := cmp.Diff(wantAs, as); diff != "" {
-		t.Errorf("assignment example (-want +README):\n%s", diff)
+		t.Errorf("assignment example (-want +docs):\n%s", diff)
 	}
 	al, err := DecodeAllocation(blocks[2][1])
 	if err != nil {
@@ -317,7 +327,7 @@ func TestReadmeJSONExamples(t *testing.T) {
 	wantAl := sampleAllocation()
 	wantAl.V = Version
 	if diff := cmp.Diff(wantAl, al); diff != "" {
-		t.Errorf("allocation example (-want +README):\n%s", diff)
+		t.Errorf("allocation example (-want +docs):\n%s", diff)
 	}
 	// Compacted, each example is exactly what Encode writes.
 	for i, enc := range []func() (string, error){
@@ -371,7 +381,7 @@ func TestReadmeErrorExamplesAreReal(t *testing.T) {
 			t.Fatal("example input was accepted")
 		}
 		if !strings.Contains(section, "`"+err.Error()+"`") {
-			t.Errorf("README does not show the real message `%s`", err)
+			t.Errorf("docs: does not show the real message `%s`", err)
 		}
 	}
 }

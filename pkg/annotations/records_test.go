@@ -132,7 +132,7 @@ func sampleAllocation() Allocation {
 	}}
 }
 
-// The encoded forms are part of the contract (README shows them); a change here is a format change.
+// The encoded forms are part of the contract (docs/contract.md shows them); a change here is a format change.
 func TestEncodeGolden(t *testing.T) {
 	inv, err := EncodeInventory(sampleInventory())
 	if err != nil {

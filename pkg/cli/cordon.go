@@ -21,7 +21,7 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
-// Cordon and drain one card (README "Cordon and drain one card"): the mark is the Node annotation
+// Cordon and drain one card (docs/operating.md, "Cordon and drain one card"): the mark is the Node annotation
 // cordon.cardinal.io/<UUID> (annotations.Cordon); these are the only writes kubectl cardinal makes.
 
 // CordonOptions are cordon, uncordon and drain's arguments.

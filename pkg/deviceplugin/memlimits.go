@@ -20,7 +20,7 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
 
-// Kernel-enforced memory limits (README "Sharing that is enforced"). Where the node's driver and
+// Kernel-enforced memory limits (docs/sharing-and-isolation.md, "Sharing that is enforced"). Where the node's driver and
 // kernel offer per-cgroup GPU memory limits (nvidia.DetectMemoryLimits) and --kernel-memory-limits is
 // on, the plugin asks the kubelet to call PreStartContainer before each container of its resources
 // starts. For a container of a pod with shared containers it then caps, on each card those shared

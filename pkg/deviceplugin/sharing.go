@@ -21,7 +21,7 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
-// Environment variables and paths of the enforced sharing modes (README "Sharing that is enforced").
+// Environment variables and paths of the enforced sharing modes (docs/sharing-and-isolation.md, "Sharing that is enforced").
 const (
 	// EnvMPSPipeDirectory tells a CUDA client where the MPS control daemon's pipes and sockets are.
 	EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"

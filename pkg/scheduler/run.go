@@ -77,7 +77,7 @@ type Config struct {
 // DefaultConfig returns the defaults the binary's flags start from.
 func DefaultConfig() Config {
 	// frag-aware is the default: it places more of every replayed trace than binpack or spread
-	// (bench/results, README "Speed and placement quality").
+	// (bench/results, docs/development.md, "Speed and placement quality").
 	return Config{Listen: "127.0.0.1:8888", SchedulerName: "cardinal-scheduler", NodePolicy: annotations.PolicyFragAware,
 		GPUPolicy: annotations.PolicyFragAware, Resources: annotations.DefaultResourceNames(), Log: logr.Discard(),
 		ReservationTTL: DefaultReservationTTL, BindWait: DefaultBindWait, FilterShortlist: DefaultFilterShortlist}

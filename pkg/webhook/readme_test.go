@@ -10,10 +10,10 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
-// TestREADMEMessages keeps the README's webhook section honest: every message it quotes is one the
+// TestREADMEMessages keeps docs/webhook.md honest: every message it quotes is one the
 // rules produce for the pod described next to it.
 func TestREADMEMessages(t *testing.T) {
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/webhook.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestREADMEMessages(t *testing.T) {
 	const begin, end = "<!-- webhook:begin -->", "<!-- webhook:end -->"
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md: no %s ... %s section", begin, end)
+		t.Fatalf("docs/webhook.md: no %s ... %s section", begin, end)
 	}
 	// Markdown wraps long lines; compare with single spaces.
 	section := strings.Join(strings.Fields(s[i:j]), " ")
@@ -87,7 +87,7 @@ func TestREADMEMessages(t *testing.T) {
 	}
 	for _, m := range messages {
 		if !strings.Contains(section, m) {
-			t.Errorf("the README's webhook section does not quote: %s", m)
+			t.Errorf("docs/webhook.md does not quote: %s", m)
 		}
 	}
 }

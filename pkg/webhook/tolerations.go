@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// GPU nodes can be tainted so that pods without GPUs stay off them (see "CPU-only pods" in the
-// README); GPU pods then need the toleration. Rules.GPUTolerations (--gpu-pod-tolerations, the
+// GPU nodes can be tainted so that pods without GPUs stay off them (see
+// docs/cpu-only-pods.md); GPU pods then need the toleration. Rules.GPUTolerations (--gpu-pod-tolerations, the
 // chart's webhook.gpuPodTolerations) are added by Default to every GPU pod Cardinal places, whatever
 // it requests: the API server's ExtendedResourceToleration plugin, which runs before webhooks,
 // tolerates a taint keyed by each resource a pod names, so a pod asking only nvidia.com/gpumem or a

@@ -227,13 +227,13 @@ func checkCopier(t *testing.T, spec corev1.PodSpec, copier corev1.Container, roo
 	}
 }
 
-// TestREADMEListsThePluginsHostPaths compares the README's table of the device plugin's host paths
-// (section "Device plugin", between plugin-host-paths markers) with the host paths the chart's
+// TestREADMEListsThePluginsHostPaths compares docs/device-plugin.md's table of the device plugin's host paths
+// (between plugin-host-paths markers) with the host paths the chart's
 // DaemonSet mounts, each container and its access, over renders that turn every option on: a host
-// path added to the chart fails here until the README lists it, and a row the chart no longer
+// path added to the chart fails here until the page lists it, and a row the chart no longer
 // mounts fails too (issue 34 item 4: "what the plugin can read is listed in the README").
 func TestREADMEListsThePluginsHostPaths(t *testing.T) {
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/device-plugin.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,9 +241,9 @@ func TestREADMEListsThePluginsHostPaths(t *testing.T) {
 	s := string(raw)
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md: no %s ... %s table", begin, end)
+		t.Fatalf("docs/device-plugin.md: no %s ... %s table", begin, end)
 	}
-	// The values of the renders below, as the README's <...> names them.
+	// The values of the renders below, as the page's <...> names them.
 	values := map[string]string{
 		"<root>": "/data/kubelet", "<sharing.kernelMemoryLimits.cgroupHostPath>": "/host/cgroup2", "<kubeletConfig.path>": "/etc/kubelet/config.yaml",
 		"<sysfsHostPath>": "/data/sys", "<sharing.mps.root>": "/data/mps", "<dirname(sharing.hamiCore.libraryPath)>": "/data/vgpu",
@@ -256,7 +256,7 @@ func TestREADMEListsThePluginsHostPaths(t *testing.T) {
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) != 5 {
-			t.Errorf("README: host-path row with %d cells, want 5: %s", len(cells), line)
+			t.Errorf("docs/device-plugin.md: host-path row with %d cells, want 5: %s", len(cells), line)
 			continue
 		}
 		for k := range cells {
@@ -318,12 +318,12 @@ func TestREADMEListsThePluginsHostPaths(t *testing.T) {
 	}
 	for _, m := range mounted {
 		if !slices.Contains(listed, m) {
-			t.Errorf("the chart mounts, the README's host-path table does not list: %s", m)
+			t.Errorf("the chart mounts, docs/device-plugin.md's host-path table does not list: %s", m)
 		}
 	}
 	for _, l := range listed {
 		if !slices.Contains(mounted, l) {
-			t.Errorf("the README's host-path table lists what the chart does not mount: %s", l)
+			t.Errorf("docs/device-plugin.md's host-path table lists what the chart does not mount: %s", l)
 		}
 	}
 }

@@ -78,12 +78,12 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// TestREADMESecurityModelListsEveryGrant compares the README's table of every account's rights
-// (section "Security model", between security-rbac markers) with what the chart renders, both ways:
-// a grant added to the chart fails here until the README says so, and a row the chart no longer
+// TestREADMESecurityModelListsEveryGrant compares docs/security.md's table of every account's rights
+// (between security-rbac markers) with what the chart renders, both ways:
+// a grant added to the chart fails here until the page says so, and a row the chart no longer
 // grants fails too.
 func TestREADMESecurityModelListsEveryGrant(t *testing.T) {
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestREADMESecurityModelListsEveryGrant(t *testing.T) {
 	s := string(raw)
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md: no %s ... %s table", begin, end)
+		t.Fatalf("docs/security.md: no %s ... %s table", begin, end)
 	}
 	var listed []string
 	for _, line := range strings.Split(s[i:j], "\n") {
@@ -100,7 +100,7 @@ func TestREADMESecurityModelListsEveryGrant(t *testing.T) {
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) != 8 {
-			t.Errorf("README: security row with %d cells, want 8 (the last: why): %s", len(cells), line)
+			t.Errorf("docs/security.md: security row with %d cells, want 8 (the last: why): %s", len(cells), line)
 			continue
 		}
 		for k := range cells {
@@ -111,12 +111,12 @@ func TestREADMESecurityModelListsEveryGrant(t *testing.T) {
 	rendered := grants(t, render(t, nil))
 	for _, g := range rendered {
 		if !slices.Contains(listed, g) {
-			t.Errorf("the chart grants, the README's security table does not list:\n| `%s` | why |", strings.ReplaceAll(g, " | ", "` | `"))
+			t.Errorf("the chart grants, docs/security.md's table does not list:\n| `%s` | why |", strings.ReplaceAll(g, " | ", "` | `"))
 		}
 	}
 	for _, l := range listed {
 		if !slices.Contains(rendered, l) {
-			t.Errorf("the README's security table lists what the chart does not grant: %s", l)
+			t.Errorf("docs/security.md's table lists what the chart does not grant: %s", l)
 		}
 	}
 	if len(rendered) < 15 {
@@ -131,7 +131,7 @@ func TestREADMESecurityModelListsEveryGrant(t *testing.T) {
 	} {
 		for _, g := range grants(t, render(t, values)) {
 			if !slices.Contains(listed, g) {
-				t.Errorf("with %s the chart grants what the README's security table does not list: %s", name, g)
+				t.Errorf("with %s the chart grants what docs/security.md's table does not list: %s", name, g)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,9 @@ func findOrBuildBinaries() (string, error) {
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command("bash", script)
-	cmd.Stderr = &stderr
+	// The script says what it builds and how long each took: show it as it goes (a first build takes
+	// minutes), and keep it for the error.
+	cmd.Stderr = io.MultiWriter(&stderr, os.Stderr)
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("%s: %w\n%s", script, err, tail(stderr.Bytes(), 40))

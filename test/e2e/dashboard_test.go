@@ -33,7 +33,7 @@ import (
 // and device plugins, and a stand-in for dcgm-exporter serving its metrics with its labels for the
 // cards the pods hold (dcgm-exporter needs a GPU). With a pod on a whole card, one on a share and
 // one on any card and one Pending, every query of every panel of the chart's Grafana dashboard must parse and return
-// data. It then checks the README's metrics table against what the three binaries expose.
+// data. It then checks the docs/operating.md's metrics table against what the three binaries expose.
 func TestDashboard(t *testing.T) {
 	promBin := prometheusBinary(t)
 	root, err := stack.Root()
@@ -89,7 +89,7 @@ func TestDashboard(t *testing.T) {
 	})
 	t.Logf("%d queries (the dashboard's panels and 3 checks) return data", len(queries))
 
-	t.Run("README metrics table", func(t *testing.T) {
+	t.Run("docs metrics table", func(t *testing.T) {
 		exposed := map[string]metricRow{}
 		scrape := func(component, url string) {
 			for name, row := range scrapeFamilies(t, url) {
@@ -102,7 +102,7 @@ func TestDashboard(t *testing.T) {
 		for _, n := range s.Nodes {
 			scrape("device plugin", s.PluginMetricsURL(n.Name))
 		}
-		checkMetricsTable(t, filepath.Join(root, "README.md"), exposed)
+		checkMetricsTable(t, filepath.Join(root, "docs", "operating.md"), exposed)
 	})
 }
 
@@ -343,7 +343,7 @@ func (f *fakeDCGM) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(f.text)
 }
 
-// metricRow is one metric as the README's table lists it, or as a binary exposes it.
+// metricRow is one metric as docs/operating.md's table lists it, or as a binary exposes it.
 type metricRow struct {
 	component, kind string
 	labels          []string
@@ -391,7 +391,7 @@ func scrapeFamilies(t *testing.T, url string) map[string]metricRow {
 	return out
 }
 
-// checkMetricsTable compares the README's metrics table (rows "| `name` | type | `label`, … | component | …")
+// checkMetricsTable compares the docs/operating.md's metrics table (rows "| `name` | type | `label`, … | component | …")
 // with what the binaries expose, both ways.
 func checkMetricsTable(t *testing.T, readme string, exposed map[string]metricRow) {
 	t.Helper()
@@ -406,7 +406,7 @@ func checkMetricsTable(t *testing.T, readme string, exposed map[string]metricRow
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) < 5 {
-			t.Errorf("README: metrics row with %d cells, want 5: %s", len(cells), line)
+			t.Errorf("docs/operating.md: metrics row with %d cells, want 5: %s", len(cells), line)
 			continue
 		}
 		name := strings.Trim(strings.TrimSpace(cells[0]), "`")
@@ -418,7 +418,7 @@ func checkMetricsTable(t *testing.T, readme string, exposed map[string]metricRow
 		}
 		sort.Strings(row.labels)
 		if _, dup := listed[name]; dup {
-			t.Errorf("README lists %s twice", name)
+			t.Errorf("docs/operating.md lists %s twice", name)
 		}
 		listed[name] = row
 	}
@@ -426,17 +426,17 @@ func checkMetricsTable(t *testing.T, readme string, exposed map[string]metricRow
 		got, ok := listed[name]
 		switch {
 		case !ok:
-			t.Errorf("README's metrics table has no row for %s (%v)", name, want)
+			t.Errorf("docs/operating.md's metrics table has no row for %s (%v)", name, want)
 		case got.String() != want.String():
-			t.Errorf("README's metrics table: %s is %v; the binary exposes %v", name, got, want)
+			t.Errorf("docs/operating.md's metrics table: %s is %v; the binary exposes %v", name, got, want)
 		}
 	}
 	for name, row := range listed {
 		if _, ok := exposed[name]; !ok {
-			t.Errorf("README's metrics table lists %s (%v), which no binary exposed", name, row)
+			t.Errorf("docs/operating.md's metrics table lists %s (%v), which no binary exposed", name, row)
 		}
 	}
 	if len(listed) < 20 {
-		t.Errorf("README's metrics table has %d rows; its parser is broken", len(listed))
+		t.Errorf("docs/operating.md's metrics table has %d rows; its parser is broken", len(listed))
 	}
 }
