@@ -24,7 +24,7 @@ import (
 // they keep their cards for pods other schedulers place through DRA, and a Cardinal pod that fits
 // only there stays Pending with "no GPU inventory". Nothing breaks, but an operator who created
 // the class expects otherwise, so the extender looks for such classes and says so: an error in
-// its log naming each class, and the gauge cardinal_extender_dra_mapped_resources.
+// its log naming each class, and their count in the gauge cardinal_extender_dra_mapped_resources.
 
 // draPollEvery is how often the DeviceClasses are listed (classes change rarely; a watch would
 // hold a connection for them).
@@ -57,9 +57,9 @@ func draMappings(ctx context.Context, client kubernetes.Interface, names annotat
 }
 
 // watchDRAMappings lists the DeviceClasses every draPollEvery until ctx ends, setting the gauge to
-// the mappings found and logging them when they change. A cluster that serves no resource.k8s.io/v1
+// the number of mappings found and logging them when they change. A cluster that serves no resource.k8s.io/v1
 // (before 1.34) or denies the list is said once, and looked at again at the next poll.
-func watchDRAMappings(ctx context.Context, log logr.Logger, client kubernetes.Interface, names annotations.ResourceNames, gauge *prometheus.GaugeVec) {
+func watchDRAMappings(ctx context.Context, log logr.Logger, client kubernetes.Interface, names annotations.ResourceNames, gauge prometheus.Gauge) {
 	var last []draMapping
 	var lastErr string
 	for {
@@ -77,9 +77,8 @@ func watchDRAMappings(ctx context.Context, log logr.Logger, client kubernetes.In
 		case err == nil:
 			lastErr = ""
 			if !slices.Equal(found, last) {
-				gauge.Reset()
+				gauge.Set(float64(len(found)))
 				for _, m := range found {
-					gauge.WithLabelValues(m.resource, m.class).Set(1)
 					log.Error(nil, "a DeviceClass maps a resource Cardinal serves to DRA: Cardinal places its pods only on nodes its device plugin serves, never through DRA",
 						"deviceclass", m.class, "resource", m.resource)
 				}

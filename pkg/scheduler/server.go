@@ -730,8 +730,8 @@ type metrics struct {
 	// shortlists counts filter answers for pods with more fitting nodes than the shortlist, by
 	// whether they were shortlisted or why not (fullReason).
 	shortlists *prometheus.CounterVec
-	// draMapped is 1 for each DeviceClass that maps a resource Cardinal serves to DRA (dra.go).
-	draMapped *prometheus.GaugeVec
+	// draMapped counts the DeviceClasses that map a resource Cardinal serves to DRA (dra.go).
+	draMapped prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -766,10 +766,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "cardinal_extender_decide_panics_total",
 		Help: "Panics recovered while deciding a pod on one node; that node failed for the pod (its reason says so) and the panic was logged with its stack.",
 	})
-	m.draMapped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.draMapped = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cardinal_extender_dra_mapped_resources",
-		Help: "1 for each DeviceClass whose extendedResourceName is a resource Cardinal serves: kube-scheduler may serve that resource through DRA on nodes without Cardinal's device plugin, which Cardinal never places on.",
-	}, []string{"resource", "deviceclass"})
+		Help: "DeviceClasses whose extendedResourceName is a resource Cardinal serves (the extender's log names them): kube-scheduler may serve that resource through DRA on nodes without Cardinal's device plugin, which Cardinal never places on.",
+	})
 	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.shortlists, m.panics, m.draMapped)
 	return m
 }
