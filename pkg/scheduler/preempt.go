@@ -75,17 +75,6 @@ type preemption struct {
 	prepare  func(*corev1.Pod) (*core.Pod, error)
 	// answers are the last non-empty answers given to preemptors not yet bound (preempt_repeat.go).
 	answers map[types.UID]*preemptAnswer
-	// stopped are the pods being deleted whose containers have all ended but which are still in the
-	// API (a finalizer, or the kubelet's last status before the delete), by UID, with their node
-	// (preempt_repeat.go). They hold no cards here, yet kube-scheduler counts what they requested
-	// until they are deleted.
-	stopped map[types.UID]stoppedPod
-}
-
-// stoppedPod is a pod of preemption.stopped.
-type stoppedPod struct {
-	node     string
-	priority int32
 }
 
 // PrepareNominees sets how the cache reads a nominated pod's request (the server's prepare): the
@@ -118,19 +107,10 @@ func (c *Cache) trackPreemption(pod *corev1.Pod) {
 		pp.meta[pod.UID] = podMeta{name: pod.Name, namespace: pod.Namespace, priority: corev1helpers.PodPriority(pod),
 			start: start, labels: pod.Labels, terminating: pod.DeletionTimestamp != nil}
 		delete(pp.answers, pod.UID) // bound: its preemption is over
-		delete(pp.stopped, pod.UID)
 	} else {
 		delete(pp.meta, pod.UID)
 		if finished(pod) {
 			delete(pp.answers, pod.UID)
-		}
-		if pod.Spec.NodeName != "" && finished(pod) && pod.DeletionTimestamp != nil {
-			if pp.stopped == nil {
-				pp.stopped = map[types.UID]stoppedPod{}
-			}
-			pp.stopped[pod.UID] = stoppedPod{node: pod.Spec.NodeName, priority: corev1helpers.PodPriority(pod)}
-		} else {
-			delete(pp.stopped, pod.UID)
 		}
 	}
 	node := ""
@@ -143,7 +123,6 @@ func (c *Cache) trackPreemption(pod *corev1.Pod) {
 // forgetPreemption forgets a deleted pod. Called with c.mu held.
 func (c *Cache) forgetPreemption(uid types.UID) {
 	delete(c.preempt.meta, uid)
-	delete(c.preempt.stopped, uid)
 	delete(c.preempt.answers, uid)
 	c.dropNominee(uid)
 }

@@ -29,13 +29,6 @@ import (
 //     (kube-scheduler's own rule, whatever marked them; it also covers an extender restarted since
 //     the answer).
 //
-// A victim being deleted whose containers have all ended (a grace period cut short, a finalizer
-// that keeps the object) holds no cards in the extender's model, but kube-scheduler counts what it
-// requested until the object is deleted: the preemptor fits nowhere in its view and preempts again.
-// Such a victim counts as being deleted (preemption.stopped), on both rules above; before, it
-// counted as gone, and the second call offered another node's pods (the intermittent over-eviction
-// of TestPreemptionRepeated's rounds whose victims linger).
-//
 // Once the victims are gone (and the window has passed) a pod that still does not fit may preempt
 // again. The memory goes when the pod is bound or deleted.
 
@@ -67,9 +60,6 @@ func (c *Cache) preemptionUnderWay(uid types.UID, p *core.Pod) (why string, wait
 			if ok && m.terminating {
 				return "victims of its earlier preemption are being deleted", true
 			}
-			if _, stopped := c.preempt.stopped[v]; stopped {
-				return "victims of its earlier preemption have stopped but are not deleted yet", true
-			}
 			anyGone = anyGone || !ok
 		}
 		if !anyGone && c.clock.Since(a.at) < preemptSettle {
@@ -77,11 +67,6 @@ func (c *Cache) preemptionUnderWay(uid types.UID, p *core.Pod) (why string, wait
 		}
 	}
 	if nm := c.preempt.byUID[uid]; nm != nil {
-		for _, sp := range c.preempt.stopped {
-			if sp.node == nm.node && sp.priority < p.Priority {
-				return "lower-priority pods that have stopped are not deleted yet on its nominated node " + nm.node, true
-			}
-		}
 		if n := c.nodes[nm.node]; n != nil {
 			for _, rec := range n.pods {
 				if m, ok := c.preempt.meta[rec.uid]; ok && m.terminating && m.priority < p.Priority && len(rec.applied) > 0 {

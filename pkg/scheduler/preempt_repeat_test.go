@@ -27,19 +27,6 @@ func TestPreemptOncePerPreemptor(t *testing.T) {
 				}
 			}
 		}
-		// stop: the kubelet has ended the containers of a pod being deleted (a terminal phase); a
-		// finalizer keeps the object, and kube-scheduler its request.
-		stop = func(names ...string) change {
-			return func(h *harness, _ *testingclock.FakePassiveClock) {
-				for _, name := range names {
-					p := h.pods[name].DeepCopy()
-					p.DeletionTimestamp = &metav1.Time{Time: time.Unix(1_000_000, 0)}
-					p.Finalizers = []string{"example.com/linger"}
-					p.Status.Phase = corev1.PodFailed
-					h.cache.UpsertPod(p)
-				}
-			}
-		}
 		gone = func(names ...string) change {
 			return func(h *harness, _ *testingclock.FakePassiveClock) {
 				for _, name := range names {
@@ -81,23 +68,6 @@ func TestPreemptOncePerPreemptor(t *testing.T) {
 				{before: []change{terminate("a", "b"), nominate("n1"), wait(2 * time.Second)}, want: map[string][]string{}},
 				// a is gone, b still terminating 30 s on (a grace period): still nothing.
 				{before: []change{gone("a"), wait(30 * time.Second)}, want: map[string][]string{}},
-			},
-		},
-		{
-			// The round that over-evicted end to end: the victims' containers end at once, a
-			// finalizer keeps them in the API for seconds; kube-scheduler still counts them.
-			name: "victims stopped but not deleted: no fresh preemption elsewhere", remembered: true,
-			calls: []call{
-				{want: both},
-				{before: []change{terminate("a", "b"), wait(time.Second)}, want: map[string][]string{}},
-				// 6 s on (past preemptSettle), still in the API: still nothing.
-				{before: []change{stop("a", "b"), wait(6 * time.Second)}, want: map[string][]string{}},
-			},
-		},
-		{
-			name: "restarted extender, victims stopped but not deleted: the nomination tells", remembered: false,
-			calls: []call{
-				{before: []change{stop("a", "b"), nominate("n1"), wait(time.Second)}, want: map[string][]string{}},
 			},
 		},
 		{
