@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -29,8 +30,18 @@ import (
 //     (kube-scheduler's own rule, whatever marked them; it also covers an extender restarted since
 //     the answer).
 //
+//   - its victims are gone and it fits, in the extender's model, on a node the answer named: the
+//     room is there, kube-scheduler's view is behind (for preemptRoomHeld at most).
+//
 // Once the victims are gone (and the window has passed) a pod that still does not fit may preempt
 // again. The memory goes when the pod is bound or deleted.
+
+// preemptRoomHeld bounds how long after an answer a preemptor whose victims are gone, and which
+// fits where they were, is told to wait rather than preempt again: kube-scheduler calls the preempt
+// verb when its own view has no room, and its informer can be behind the extender's (the victims
+// gone here, still counted there); its next cycle places the pod. Past it, the two views disagree
+// for some other reason, and the pod may preempt again.
+const preemptRoomHeld = 30 * time.Second
 
 // preemptSettle is how long after an answer the preemptor waits for its victims to show as being
 // deleted before it may preempt again: kube-scheduler's async preemption patches and deletes them
@@ -41,6 +52,8 @@ const preemptSettle = 5 * time.Second
 type preemptAnswer struct {
 	at      time.Time
 	victims []types.UID
+	// nodes are the nodes the answer named victims on.
+	nodes []string
 }
 
 // PreemptionUnderWay reports whether an earlier preemption for pod p (uid) may still be under way
@@ -65,6 +78,21 @@ func (c *Cache) preemptionUnderWay(uid types.UID, p *core.Pod) (why string, wait
 		if !anyGone && c.clock.Since(a.at) < preemptSettle {
 			return "its earlier preemption was answered moments ago", true
 		}
+		if anyGone && c.clock.Since(a.at) < preemptRoomHeld {
+			for _, name := range a.nodes {
+				n := c.nodes[name]
+				if n == nil || n.state == nil {
+					continue
+				}
+				st := c.nominatedState(n, p, uid)
+				if st == nil {
+					st = n.state
+				}
+				if plan, _, _ := c.fitOn(name, st, p, nil); plan != nil {
+					return "the room its earlier victims left on " + name + " is free", true
+				}
+			}
+		}
 	}
 	if nm := c.preempt.byUID[uid]; nm != nil {
 		if n := c.nodes[nm.node]; n != nil {
@@ -84,9 +112,11 @@ func (c *Cache) rememberPreemption(uid types.UID, out map[string]Victims) {
 		return
 	}
 	a := &preemptAnswer{}
-	for _, v := range out {
+	for node, v := range out {
 		a.victims = append(a.victims, v.Pods...)
+		a.nodes = append(a.nodes, node)
 	}
+	slices.Sort(a.nodes)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a.at = c.clock.Now()

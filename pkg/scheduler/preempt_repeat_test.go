@@ -71,6 +71,15 @@ func TestPreemptOncePerPreemptor(t *testing.T) {
 			},
 		},
 		{
+			// End to end (TestPreemptionRepeated): the victims went within a second, before
+			// kube-scheduler's informer said so; its next cycle found no room and preempted again.
+			name: "victims gone, the room free: kube-scheduler's view is behind, wait", remembered: true,
+			calls: []call{
+				{want: both},
+				{before: []change{gone("a", "b"), wait(time.Second)}, want: map[string][]string{}},
+			},
+		},
+		{
 			name: "victims gone and the room taken: preempt again", remembered: true,
 			calls: []call{
 				{want: both},
