@@ -56,6 +56,16 @@ type inFlight struct {
 	// with spec.nodeName): its cards are unknown and the device plugin cannot tell it from a
 	// Cardinal container of the same count, so it is interchangeable with none.
 	unmanaged bool
+	// shape is the pod's replicaShape: on a TopologyManager node, pods of one shape whose cards
+	// are all on one NUMA node go in flight together, in any order (waits).
+	shape string
+}
+
+// replicaShape is what the kubelet's TopologyManager sees of a pod when it admits it: every GPU
+// container's request, its QoS class, and (Guaranteed) every container's CPUs, in order. Two pods
+// of one shape get the same hints from the same free cards and CPUs.
+func replicaShape(req *annotations.PodRequest) string {
+	return fmt.Sprintf("%v|%t|%v|%v", req.Containers, req.Guaranteed, req.CPUs, req.ZeroGPU)
 }
 
 // podRecord is what the cache keeps of a pod that holds or reserves devices on a node.
@@ -512,6 +522,7 @@ func (c *Cache) recordOf(pod *corev1.Pod) *podRecord {
 	}
 	rec := &podRecord{uid: pod.UID, key: pod.Namespace + "/" + pod.Name, node: node}
 	req, _ := annotations.ParsePodRequest(pod, c.names)
+	req.ReadCPUs(pod)
 	sel, _ := annotations.ParseSelector(pod.Annotations)
 	rec.tenant = tenantOf(rec.key, &req)
 	allocated := map[string][]string{}
@@ -605,7 +616,7 @@ func reservationOf(id string, req annotations.PodRequest, container string) use 
 }
 
 func inFlightOf(key string, created int64, ca *annotations.ContainerAssignment, req annotations.PodRequest, sel annotations.Selector) inFlight {
-	f := inFlight{pod: key, created: created, sel: sel, req: annotations.ContainerRequest{Name: ca.Name, Count: len(ca.Devices)}}
+	f := inFlight{pod: key, created: created, sel: sel, req: annotations.ContainerRequest{Name: ca.Name, Count: len(ca.Devices)}, shape: replicaShape(&req)}
 	for _, r := range req.Containers {
 		if r.Name == ca.Name {
 			f.req = r
@@ -924,6 +935,10 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 		return nil
 	}
 	ordered := admitsInCreationOrder(n)
+	shape, numa := "", -1
+	if ordered && !p.Selector.HasCardConstraint() {
+		shape, numa = replicaShape(&p.Request), oneNUMA(n.state, planned(cards))
+	}
 	if n.flightSame && !p.Selector.HasCardConstraint() && !ordered {
 		same := true
 		for ci := range p.Request.Containers {
@@ -951,6 +966,12 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 					continue
 				}
 				if ordered && f.created >= p.Created {
+					if numa >= 0 && f.shape == shape && !f.unmanaged && !f.sel.HasCardConstraint() && oneNUMA(n.state, cardIndexes(n.state, f.cards)) == numa {
+						// Replicas on one NUMA node: whichever the kubelet admits first gets
+						// that node's hints and takes its own cards (Allocate asks the kubelet
+						// which pod it admits); the CPUs the two take are counted alike.
+						continue
+					}
 					return &core.Reason{Kind: core.ReasonInFlight, Need: r.Count,
 						Detail: fmt.Sprintf("pod %s container %q (created in the same second or later: the kubelet's order between them is not known)", f.pod, f.req.Name)}
 				}
@@ -964,14 +985,53 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 	return nil
 }
 
+// planned lists the card indexes of a pod's plan (planCards' layout: per container a count,
+// then that many indexes).
+func planned(cards []int) []int {
+	var out []int
+	for off := 0; off < len(cards); off += 1 + cards[off] {
+		out = append(out, cards[off+1:off+1+cards[off]]...)
+	}
+	return out
+}
+
+// cardIndexes are the indexes in s of the cards with uuids (nil when one is unknown).
+func cardIndexes(s *core.NodeState, uuids []string) []int {
+	out := make([]int, 0, len(uuids))
+	for _, u := range uuids {
+		i, ok := s.CardIndex(u)
+		if !ok {
+			return nil
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+// oneNUMA is the NUMA node all the cards are on, -1 when they are on several, on none known, or
+// there are none.
+func oneNUMA(s *core.NodeState, cards []int) int {
+	numa := -1
+	for k, i := range cards {
+		c := &s.Cards[i]
+		if c.NUMA < 0 || (k > 0 && c.NUMA != numa) {
+			return -1
+		}
+		numa = c.NUMA
+	}
+	return numa
+}
+
 // admitsInCreationOrder reports whether the node's kubelet runs a TopologyManager policy: it then
 // picks each pod's NUMA node and cards from its own hints, in its own admission order, and only
 // the order makes the device plugin's answer and the extender's CPU counts the kubelet's. The
 // kubelet admits pods that reach it together in creation order (whole seconds; pods created in the
 // same second in any order), so on such a node a container joins another in flight with the same
-// device count only when its pod was created in a later second: that order is certain, and
-// interchangeable replicas created together go one at a time (each waits for the one before it to
-// be allocated) instead of swapping cards and NUMA nodes.
+// device count only when its pod was created in a later second (that order is certain), or when
+// the two pods are replicas (one replicaShape, no card rules) whose cards are all on one NUMA node:
+// swapping them changes nothing the kubelet decides (issue 33 item 5). Other pods created together
+// go one at a time (each waits for the one before it to be allocated) instead of swapping cards
+// and NUMA nodes.
 func admitsInCreationOrder(n *nodeEntry) bool {
 	k := n.state.Kubelet
 	return k != nil && k.TopologyManagerPolicy != "" && k.TopologyManagerPolicy != annotations.TopologyPolicyNone

@@ -339,35 +339,56 @@ func TestInitContainersRetainedCPUsCharged(t *testing.T) {
 
 // On a node whose kubelet runs a TopologyManager policy, the kubelet admits pods that reach it
 // together in creation order, to the second, and pods created in the same second in any order: two
-// replicas created together and both in flight could swap cards and NUMA nodes. So a container
-// joins another in flight with its device count only when its pod was created in a later second;
-// replicas created together go one at a time. Nodes without a policy keep the interchangeable rule.
+// pods created together and both in flight could swap cards and NUMA nodes. So a container joins
+// another in flight with its device count only when its pod was created in a later second, or when
+// the two are replicas (one shape) with all their cards on one NUMA node (issue 33 item 5: swapping
+// them changes nothing); other pods created together go one at a time. Nodes without a policy keep
+// the interchangeable rule.
 func TestSameSecondPodsGoOneAtATime(t *testing.T) {
-	sameSecond := func(name string) *corev1.Pod {
-		p := guaranteedPod(name, []int64{2}, ctr{name: "m", gpu: 1})
+	sameSecond := func(name string, cpus int64) *corev1.Pod {
+		p := guaranteedPod(name, []int64{cpus}, ctr{name: "m", gpu: 1})
 		p.CreationTimestamp = metav1.Unix(1_600_000_000, 0)
 		return p
 	}
 	h := newHarness(t, harnessOptions{informer: true}, numaNode(t, "single-numa-node", 16, 0, []annotations.PodCPUs{}))
 	later := guaranteedPod("later", []int64{2}, ctr{name: "m", gpu: 1}) // created a second or more after
-	h.createPods(sameSecond("a"), sameSecond("b"), later)
+	h.createPods(sameSecond("a", 2), sameSecond("b", 2), sameSecond("other", 3), later)
 	if err := h.bind("a", "n1"); err != "" {
 		t.Fatal(err)
 	}
-	if err := h.bind("b", "n1"); !strings.Contains(err, `waits until pod default/a container "m" (created in the same second or later`) {
-		t.Fatalf("bind of b, created in a's second, while a is in flight: %q, want a wait", err)
+	if err := h.bind("b", "n1"); err != "" {
+		t.Fatalf("bind of b, a replica of a created in its second, while a is in flight: %s (replicas on one NUMA node go together)", err)
+	}
+	aa, _ := h.assignmentOf("default", "a")
+	ba, _ := h.assignmentOf("default", "b")
+	if na, nb := cardNUMA(aa.Containers[0].Devices[0].UUID), cardNUMA(ba.Containers[0].Devices[0].UUID); na != nb {
+		t.Fatalf("a on NUMA %d, b on NUMA %d: the test wants both on one", na, nb)
+	}
+	if err := h.bind("other", "n1"); !strings.Contains(err, `waits until pod default/a container "m" (created in the same second or later`) {
+		t.Fatalf("bind of other (3 CPUs, created in a's second) while a is in flight: %q, want a wait", err)
 	}
 	if err := h.bind("later", "n1"); err != "" {
 		t.Fatalf("bind of a pod created after a while a is in flight: %s", err)
 	}
 	h.allocate("a")
+	h.allocate("b")
 	h.allocate("later")
-	if err := h.bind("b", "n1"); err != "" {
-		t.Fatalf("bind of b once a and later are allocated: %s", err)
+	if err := h.bind("other", "n1"); err != "" {
+		t.Fatalf("bind of other once a, b and later are allocated: %s", err)
+	}
+
+	// Replicas that cannot share a NUMA node (10 CPUs each, 16 per node): the second waits.
+	apart := newHarness(t, harnessOptions{informer: true}, numaNode(t, "single-numa-node", 16, 0, []annotations.PodCPUs{}))
+	apart.createPods(sameSecond("a", 10), sameSecond("b", 10))
+	if err := apart.bind("a", "n1"); err != "" {
+		t.Fatal(err)
+	}
+	if err := apart.bind("b", "n1"); !strings.Contains(err, `waits until pod default/a container "m"`) {
+		t.Fatalf("bind of b (its cards on the other NUMA node) while a is in flight: %q, want a wait", err)
 	}
 
 	none := newHarness(t, harnessOptions{informer: true}, numaNode(t, "none", 16, 0, []annotations.PodCPUs{}))
-	none.createPods(sameSecond("a"), sameSecond("b"))
+	none.createPods(sameSecond("a", 2), sameSecond("b", 2))
 	for _, name := range []string{"a", "b"} {
 		if err := none.bind(name, "n1"); err != "" {
 			t.Fatalf("policy none, bind of %s: %s (identical replicas never wait)", name, err)
