@@ -1,9 +1,3 @@
-//go:build preemptrepeat
-
-// Not in make test: this scenario still over-evicts intermittently (issue 33 item 6: 1 of 10 rounds in
-// one of four full runs, hi7 preempted 4 pods where 2 sufficed). Run it with
-// go test -tags preemptrepeat -run TestPreemptionRepeated ./test/e2e
-
 package e2e
 
 import (
