@@ -313,6 +313,7 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		}
 	})
 
+	stoppedAt := bootTicks(t)
 	for _, pid := range pids {
 		// A child of a stopped process (the sleeps of sh) would still be in its group.
 		for _, member := range groupMembers(t, pid, "") {
@@ -334,7 +335,10 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		if strings.Contains(string(cmdline), dir) || strings.Contains(string(cmdline), logDir) {
 			t.Errorf("process %s refers to the stopped cluster: %q", e.Name(), cmdline)
 		}
-		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "mnt")); err == nil && link == ns {
+		// A namespace's inode is reused once the namespace is gone: a process that started after
+		// the teardown (a kubelet of a test running beside this one) can show the same link, and
+		// is no survivor of it.
+		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "mnt")); err == nil && link == ns && startedBefore(e.Name(), stoppedAt) {
 			t.Errorf("process %s is still in the stopped kubelet's mount namespace %s", e.Name(), ns)
 		}
 	}
@@ -400,4 +404,42 @@ func groupMembers(t *testing.T, pgid int, cmdline string) []int {
 		}
 	}
 	return members
+}
+
+// bootTicks is the time since boot in clock ticks (USER_HZ, 100 on Linux), the unit of a process's
+// start time in /proc/<pid>/stat.
+func bootTicks(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(up*100) + 1
+}
+
+// startedBefore reports whether process pid started before ticks (bootTicks); true when its start
+// time cannot be read, so that a doubt is reported.
+func startedBefore(pid string, ticks uint64) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return true
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: fields count from after it.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return true
+	}
+	f := strings.Fields(string(b)[i+1:])
+	if len(f) < 20 {
+		return true
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64) // field 22: starttime
+	if err != nil {
+		return true
+	}
+	return start <= ticks
 }
