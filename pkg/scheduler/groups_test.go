@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -335,5 +339,50 @@ func TestGroupMemberPreemptsNothing(t *testing.T) {
 		NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": {Pods: []*extenderv1.MetaPod{{UID: string(low.UID)}}}}})
 	if len(res.NodeNameToMetaVictims) != 0 {
 		t.Errorf("preempt for a group member answered %v, want no node", res.NodeNameToMetaVictims)
+	}
+}
+
+// A Binding the API server refuses keeps the member's reservation (its cards stay the group's),
+// a bind to another node than the planned one is refused, and the retry binds the reserved cards.
+func TestGroupRefusedBindingKeepsTheReservation(t *testing.T) {
+	h := newHarness(t, harnessOptions{informer: true},
+		gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 46068, count: 2}),
+		gpuNode(nodeSpec{name: "n2", model: a40, memMiB: 46068, count: 2}))
+	p0, p1 := groupPod("r-0", "ref", 2, 2, 0), groupPod("r-1", "ref", 2, 2, 1)
+	h.addPending(p0, p1)
+	fit, why := h.filterGroup(p0, "n1", "n2")
+	if len(fit) != 1 {
+		t.Fatalf("r-0 filter: %v %v", fit, why)
+	}
+	planned := fit[0]
+	other := "n1"
+	if planned == "n1" {
+		other = "n2"
+	}
+	refuse := true
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" && refuse {
+			refuse = false
+			return true, nil, apierrors.NewForbidden(corev1.Resource("pods/binding"), "r-0", errors.New("apiserver says no"))
+		}
+		return false, nil, nil
+	})
+	if err := h.bind("r-0", planned); !strings.Contains(err, "apiserver says no") {
+		t.Fatalf("bind error %q, want the refusal", err)
+	}
+	if got := h.cardsHeld("n1", "n2"); got != 4 {
+		t.Errorf("cards held = %d after a refused Binding, want 4 (the group's plan)", got)
+	}
+	if err := h.bind("r-0", other); !strings.Contains(err, ErrBindPending.Error()) {
+		t.Errorf("bind to the node the plan does not hold: %q, want a refusal", err)
+	}
+	if err := h.bind("r-0", planned); err != "" {
+		t.Fatalf("retried bind: %s", err)
+	}
+	if node, why := h.schedule(p1, "n1", "n2"); node != other {
+		t.Fatalf("r-1 placed on %q (%v), want %s", node, why, other)
+	}
+	if got := h.cardsHeld("n1", "n2"); got != 4 {
+		t.Errorf("cards held = %d, want 4", got)
 	}
 }
