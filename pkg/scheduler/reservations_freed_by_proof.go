@@ -128,8 +128,9 @@ func (c *Cache) reservedNode(uid types.UID) (string, bool) {
 // did not land) and ends that attempt (StartBinding), unless another Binding of the reservation may
 // still commit: one whose outcome was unknown (unsettled), or one still being posted or read back
 // by a concurrent bind (kube-scheduler retries after its extender timeout while the first attempt
-// may still be waiting on the API server). It reports whether the reservation is gone. Records
-// seen by the informer stay.
+// may still be waiting on the API server), or the reservation is a pod group's (it stays the
+// group's until the member is bound, gone, or the plan expires: groups.go). It reports whether the
+// reservation is gone. Records seen by the informer stay.
 func (c *Cache) Release(uid types.UID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
