@@ -159,13 +159,14 @@ func TestReadmeTablesMatchConstants(t *testing.T) {
 		podTable      = "| key | value | rule |"
 		internalTable = "| key | on | written by | record |"
 		operatorTable = "| key prefix | on | value and effect |"
+		groupTable    = "| group key | on | value | meaning |"
 	)
 	var resources []string
 	for _, r := range DefaultResourceNames().All() {
 		resources = append(resources, string(r))
 	}
 	resources = append(resources, string(ResourceMIGRoute), string(ResourceHostRoute))
-	want := map[string][]string{resourceTable: resources, podTable: UserKeys, internalTable: InternalKeys, operatorTable: {CordonPrefix}}
+	want := map[string][]string{resourceTable: resources, podTable: UserKeys, internalTable: InternalKeys, operatorTable: {CordonPrefix}, groupTable: GroupKeys}
 	if diff := cmp.Diff(want, tables); diff != "" {
 		t.Errorf("docs: contract tables (first column, in order) differ from the constants (-code +docs):\n%s", diff)
 	}
@@ -235,6 +236,9 @@ func TestReadmeNamesEveryPolicyAndFlag(t *testing.T) {
 	}
 	if !strings.Contains(section, "`"+string(DefaultResourceNames().MIGResource("1g.10gb+me"))+"`") {
 		t.Errorf("docs: contract does not show how a profile with + is named (%s)", DefaultResourceNames().MIGResource("1g.10gb+me"))
+	}
+	if !strings.Contains(section, "| 1–"+strconv.Itoa(MaxGroupPods)+" |") {
+		t.Errorf("docs: group table does not give 1–%d for the total count", MaxGroupPods)
 	}
 	if !strings.Contains(section, "1–"+strconv.Itoa(MaxMemoryMiB)+" (MiB)") {
 		t.Errorf("docs: resource table does not give 1–%d (MiB) for nvidia.com/gpumem", MaxMemoryMiB)
@@ -355,6 +359,10 @@ func TestReadmeErrorExamplesAreReal(t *testing.T) {
 			return err
 		}(),
 		func() error { _, err := ParseSelector(map[string]string{NodePolicy: "best"}); return err }(),
+		func() error {
+			_, _, err := DecodePodGroup(map[string]string{PodGroupName: "train-7"}, map[string]string{PodGroupTotalCount: "four"})
+			return err
+		}(),
 		func() error {
 			c := ctr("train", res("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "140"), nil)
 			_, err := ParseContainerRequest(&c, DefaultResourceNames())

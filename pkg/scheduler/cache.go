@@ -95,6 +95,11 @@ type podRecord struct {
 	posting int
 	// applied are the holdings added to the node's state, kept to remove exactly those.
 	applied []core.Holding
+	// group is the pod group whose plan made this reservation ("" for none; groups.go), and
+	// memberReq the member's request it was made for (a re-created member of the same request
+	// takes it over when the member is gone).
+	group     string
+	memberReq *core.Pod
 }
 
 // nodeEntry is one node of the cache.
@@ -172,6 +177,9 @@ type Cache struct {
 	preempt preemption
 	// pending are the GPU pods no node passed at their last filter (fleet_metrics.go).
 	pending pendingPods
+	// groups are the pod groups by namespace/name, and memberOf each member's group (groups.go).
+	groups   map[string]*podGroup
+	memberOf map[types.UID]string
 }
 
 // NewCache returns an empty cache.
@@ -386,6 +394,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	rec := c.recordOf(pod)
 	host, holds := hostOf(pod)
 	terms := affinityTermsOf(pod)
+	group := c.groupKeyOf(pod)
 	if pod.Spec.NodeName != "" || finished(pod) {
 		c.pending.forget(pod.UID)
 	}
@@ -395,9 +404,15 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	c.countMix(pod)
 	c.setAffinityTerms(pod.UID, terms)
 	c.trackPreemption(pod)
+	if group != "" || c.memberOf[pod.UID] != "" {
+		c.trackGroup(pod, group)
+	}
 	old := c.pods[pod.UID]
 	if old != nil && old.reserved && pod.Spec.NodeName == "" && !finished(pod) {
 		return // bind is under way: keep the reservation
+	}
+	if old != nil && rec == nil && pod.Spec.NodeName == "" && c.vacate(pod.UID) {
+		old = nil // a group member that ended unbound: its cards stay its group's
 	}
 	c.replace(pod.UID, old, rec)
 	c.setHost(pod.UID, host, holds)
@@ -409,6 +424,8 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgetCPUs(uid)
+	c.vacate(uid)
+	c.untrackGroup(uid)
 	c.replace(uid, c.pods[uid], nil)
 	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
@@ -417,6 +434,9 @@ func (c *Cache) DeletePod(uid types.UID) {
 }
 
 func (c *Cache) replace(uid types.UID, old, rec *podRecord) {
+	if (old != nil && old.group != "") || (rec != nil && rec.group != "") {
+		defer c.slotChanged(uid, old, rec)
+	}
 	if old != nil {
 		if n := c.nodes[old.node]; n != nil {
 			c.unapply(n, old)
@@ -873,29 +893,49 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 			return annotations.Assignment{}, fmt.Errorf("pod %s: a binding to node %s may still commit; it settles within the reservation timeout: %w", key, old.node, ErrBindPending)
 		case old.asg != nil:
 			old.since = c.clock.Now()
+			if g := c.groups[old.group]; old.group != "" && g != nil {
+				g.since = old.since // a member of the plan is being bound: the plan makes progress
+			}
 			return *old.asg, nil
 		}
 	}
+	a, r, inFlight := c.reserveOn(uid, key, p, node, "")
+	switch {
+	case r != nil && inFlight:
+		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrInFlight)
+	case r != nil:
+		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
+	}
+	return a, nil
+}
+
+// reserveOn is Reserve's decision and hold for a pod without a live record: it decides the pod on
+// the node with the cache's current state and, when it fits and need not wait, reserves its
+// devices, CPUs and memory. r says why not; inFlight is true when the pod must wait for a
+// container in flight. group is the pod group the reservation belongs to ("" for none): a member
+// of a group does not wait for the in-flight containers of the group's other reservations that
+// are interchangeable with its own (see waitsIn). Callers hold c.mu for writing.
+func (c *Cache) reserveOn(uid types.UID, key string, p *core.Pod, node, group string) (a annotations.Assignment, r *core.Reason, inFlight bool) {
 	n, ok := c.nodes[node]
 	if !ok || n.state == nil {
 		r := &core.Reason{Kind: core.ReasonUnknownNode}
 		if ok {
 			r = n.reason
 		}
-		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
+		return a, r, false
 	}
 	plan, r := c.fitReserve(n, p, uid)
 	if r != nil {
-		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
+		return a, r, false
 	}
 	if r := otherTenant(n, p); r != nil {
-		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrNoFit)
+		return a, r, false
 	}
-	if r := c.waits(n, p, planCards(nil, plan), uid); r != nil {
-		return annotations.Assignment{}, fmt.Errorf("node %s: %s: %w", node, r, ErrInFlight)
+	if r := c.waitsIn(n, p, planCards(nil, plan), uid, group); r != nil {
+		return a, r, true
 	}
-	a := plan.Assignment(n.state)
-	rec := &podRecord{uid: uid, key: key, node: node, reserved: true, asg: &a, since: c.clock.Now(), tenant: tenantOf(key, &p.Request)}
+	a = plan.Assignment(n.state)
+	rec := &podRecord{uid: uid, key: key, node: node, reserved: true, asg: &a, since: c.clock.Now(), tenant: tenantOf(key, &p.Request), group: group}
 	for _, ca := range a.Containers {
 		for _, d := range ca.Devices {
 			rec.uses = append(rec.uses, use{id: d.ID, memMiB: d.MemoryMiB, cores: d.Cores})
@@ -909,7 +949,7 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 	if old, had := c.hosts[uid]; !had || old.reserved {
 		c.setHost(uid, hostRecord{node: node, req: p.Host, reserved: true}, p.Host != core.HostRequest{})
 	}
-	return a, nil
+	return a, nil, false
 }
 
 func dedupUses(us []use) []use {
@@ -928,6 +968,14 @@ func dedupUses(us []use) []use {
 // a container of another pod with the same device count that is not interchangeable with it.
 // self is the pod's own UID (its earlier reservation is not a conflict).
 func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *core.Reason {
+	return c.waitsIn(n, p, cards, self, "")
+}
+
+// waitsIn is waits for a member of the pod group group ("" for none): the in-flight containers of
+// the group's own reservations (podRecord.group) do not hold it back when they are
+// interchangeable with its own, whatever their creation order — the group's members are planned
+// together and none of them is bound before the plan is whole.
+func (c *Cache) waitsIn(n *nodeEntry, p *core.Pod, cards []int, self types.UID, group string) *core.Reason {
 	if r := c.cpuWaits(n, p); r != nil {
 		return r
 	}
@@ -965,7 +1013,7 @@ func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *c
 					// profile: the device plugin serves each resource apart): never confused.
 					continue
 				}
-				if ordered && f.created >= p.Created {
+				if ordered && f.created >= p.Created && (group == "" || other.group != group) {
 					if numa >= 0 && f.shape == shape && !f.unmanaged && !f.sel.HasCardConstraint() && oneNUMA(n.state, cardIndexes(n.state, f.cards)) == numa {
 						// Replicas on one NUMA node: whichever the kubelet admits first gets
 						// that node's hints and takes its own cards (Allocate asks the kubelet

@@ -17,6 +17,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
 )
@@ -834,6 +835,13 @@ func (s *Server) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptio
 				res.NodeNameToMetaVictims[node] = metaVictims(prop.Victims, prop.PDBViolations)
 			}
 		}
+		return res
+	}
+	if _, inGroup, _ := annotations.DecodePodGroup(args.Pod.Labels, args.Pod.Annotations); inGroup {
+		// A member of a pod group preempts nothing (docs/pod-groups.md): cards freed for one
+		// member do not place its group, and a group that cannot be placed whole holds nothing.
+		s.metrics.requests.WithLabelValues("preempt", "ok").Inc()
+		log.V(2).Info("preempt: a pod group's member preempts no pod; no node")
 		return res
 	}
 	if why, waiting := s.cache.PreemptionUnderWay(args.Pod.UID, p); waiting {

@@ -45,6 +45,10 @@ const DefaultReservationTTL = 90 * time.Second
 // server: a pod that is gone, was created again, or is still unbound loses its reservation; a bound
 // pod's record replaces it (as the informer would have done).
 func (s *Server) settleReservations(ctx context.Context, ttl time.Duration) {
+	for _, key := range s.cache.ExpireGroups(s.cache.clock.Now().Add(-ttl)) {
+		s.metrics.groupsExpired.Inc()
+		s.log.Info("pod group plan expired: its pods were not all bound in time; its cards are free", "group", key, "ttl", ttl.String())
+	}
 	for _, r := range s.cache.Reservations(s.cache.clock.Now().Add(-ttl)) {
 		ns, name, err := toolscache.SplitMetaNamespaceKey(r.Key)
 		if err != nil {
@@ -88,7 +92,7 @@ func (c *Cache) Reservations(cutoff time.Time) []Reservation {
 	defer c.mu.RUnlock()
 	var out []Reservation
 	for _, p := range c.pods {
-		if p.reserved && p.since.Before(cutoff) {
+		if p.reserved && p.group == "" && p.since.Before(cutoff) {
 			out = append(out, Reservation{UID: p.uid, Key: p.key, Node: p.node, Since: p.since})
 		}
 	}
@@ -124,14 +128,16 @@ func (c *Cache) reservedNode(uid types.UID) (string, bool) {
 // did not land) and ends that attempt (StartBinding), unless another Binding of the reservation may
 // still commit: one whose outcome was unknown (unsettled), or one still being posted or read back
 // by a concurrent bind (kube-scheduler retries after its extender timeout while the first attempt
-// may still be waiting on the API server). It reports whether the reservation is gone. Records
-// seen by the informer stay.
+// may still be waiting on the API server), or the reservation is a pod group's (it stays the
+// group's until the member is bound, gone, or the plan expires: groups.go). It reports whether the
+// reservation is gone. Records seen by the informer stay.
 func (c *Cache) Release(uid types.UID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.pods[uid]; old != nil && old.reserved {
 		old.posting = max(old.posting-1, 0)
-		if old.unsettled || old.posting > 0 {
+		if old.unsettled || old.posting > 0 || old.group != "" {
+			// A group's reservation stays the group's until its plan expires (groups.go).
 			return false
 		}
 	}
@@ -145,6 +151,7 @@ func (c *Cache) Release(uid types.UID) bool {
 func (c *Cache) ReleaseProven(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.vacate(uid) // a group member's cards stay its group's (groups.go)
 	c.drop(uid)
 }
 

@@ -318,17 +318,31 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		s.metrics.requests.WithLabelValues("filter", "passthrough").Inc()
 		return &extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames, Nodes: args.Nodes}
 	}
-	verdicts := s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
-	if !anyFits(verdicts) {
-		if cordoned := cordonRefused(names, verdicts); len(cordoned) > 0 && s.recheckCordons(ctx, cordoned) {
-			verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
+	grp, inGroup, err := annotations.DecodePodGroup(args.Pod.Labels, args.Pod.Annotations)
+	if err != nil {
+		s.metrics.requests.WithLabelValues("filter", "error").Inc()
+		return &extenderv1.ExtenderFilterResult{Error: fmt.Sprintf("pod %s/%s: %v", args.Pod.Namespace, args.Pod.Name, err)}
+	}
+	inGroup = inGroup && !p.Request.Empty()
+	var verdicts []Verdict
+	if inGroup {
+		verdicts = s.groupVerdicts(args.Pod, grp, p, names)
+	} else {
+		verdicts = s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
+		if !anyFits(verdicts) {
+			if cordoned := cordonRefused(names, verdicts); len(cordoned) > 0 && s.recheckCordons(ctx, cordoned) {
+				verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
+			}
 		}
 	}
 	s.cache.pending.note(args.Pod.UID, verdicts, s.cache.clock.Now())
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
 	pass := make([]int, 0, len(names))
 	var refusedNodes []string
-	notes := s.cache.PreemptionNotes(args.Pod.UID, p, names, verdicts)
+	var notes []string
+	if !inGroup {
+		notes = s.cache.PreemptionNotes(args.Pod.UID, p, names, verdicts)
+	}
 	for i, v := range verdicts {
 		switch {
 		case v.Reason == nil:
@@ -536,6 +550,10 @@ func (s *Server) bind(ctx context.Context, log logr.Logger, args *extenderv1.Ext
 		return "bound", nil
 	}
 	key := pod.Namespace + "/" + pod.Name
+	if err := s.groupBindable(pod); err != nil {
+		s.event(pod, err)
+		return "no_fit", err
+	}
 	asg, err := s.reserve(ctx, pod, key, p, args.Node)
 	if err != nil {
 		s.event(pod, err)
@@ -725,6 +743,8 @@ type metrics struct {
 	nodes    *prometheus.CounterVec
 	binds    *prometheus.CounterVec
 	expired  prometheus.Counter
+	// groupsExpired counts pod group plans freed by the reservation timeout (groups.go).
+	groupsExpired prometheus.Counter
 	// panics counts panics recovered while deciding a node (panics.go).
 	panics prometheus.Counter
 	// shortlists counts filter answers for pods with more fitting nodes than the shortlist, by
@@ -762,6 +782,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "cardinal_extender_reservations_expired_total",
 		Help: "Reservations freed because their pod was still unbound (or gone) after the reservation timeout.",
 	})
+	m.groupsExpired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cardinal_extender_group_plans_expired_total",
+		Help: "Pod group plans freed because their pods were not all bound within the reservation timeout of the plan's last progress.",
+	})
 	m.panics = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cardinal_extender_decide_panics_total",
 		Help: "Panics recovered while deciding a pod on one node; that node failed for the pod (its reason says so) and the panic was logged with its stack.",
@@ -770,6 +794,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "cardinal_extender_dra_mapped_resources",
 		Help: "DeviceClasses whose extendedResourceName is a resource Cardinal serves (the extender's log names them): kube-scheduler may serve that resource through DRA on nodes without Cardinal's device plugin, which Cardinal never places on.",
 	})
-	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.shortlists, m.panics, m.draMapped)
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.groupsExpired, m.shortlists, m.panics, m.draMapped)
 	return m
 }

@@ -92,6 +92,10 @@ const (
 	// operator took them out of service: annotations.Cordon); UUID and Index name one, Detail its
 	// reason, Have and Of count the cards left and those cordoned.
 	ReasonCordoned
+	// ReasonGroup: the pod belongs to a pod group (Kueue's pod-group keys) that cannot be placed
+	// whole now, or whose plan holds another node for the pod; Detail says which and why. It is
+	// made by the extender's cache, never by Fit.
+	ReasonGroup
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -251,6 +255,8 @@ func (r *Reason) String() string {
 		b.WriteString(r.hostText())
 	case ReasonBindPending:
 		fmt.Fprintf(&b, "an earlier binding to node %s may still commit; waiting for it to settle", r.Detail)
+	case ReasonGroup:
+		b.WriteString(r.Detail)
 	case ReasonKubeletRefuses:
 		if r.Kubelet == nil {
 			b.WriteString("the node's kubelet would refuse the pod")
