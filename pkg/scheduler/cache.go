@@ -912,9 +912,8 @@ func (c *Cache) Reserve(uid types.UID, key string, p *core.Pod, node string) (an
 // reserveOn is Reserve's decision and hold for a pod without a live record: it decides the pod on
 // the node with the cache's current state and, when it fits and need not wait, reserves its
 // devices, CPUs and memory. r says why not; inFlight is true when the pod must wait for a
-// container in flight. group is the pod group the reservation belongs to ("" for none): a member
-// of a group does not wait for the in-flight containers of the group's other reservations that
-// are interchangeable with its own (see waitsIn). Callers hold c.mu for writing.
+// container in flight. group is the pod group the reservation belongs to ("" for none). Callers
+// hold c.mu for writing.
 func (c *Cache) reserveOn(uid types.UID, key string, p *core.Pod, node, group string) (a annotations.Assignment, r *core.Reason, inFlight bool) {
 	n, ok := c.nodes[node]
 	if !ok || n.state == nil {
@@ -931,7 +930,7 @@ func (c *Cache) reserveOn(uid types.UID, key string, p *core.Pod, node, group st
 	if r := otherTenant(n, p); r != nil {
 		return a, r, false
 	}
-	if r := c.waitsIn(n, p, planCards(nil, plan), uid, group); r != nil {
+	if r := c.waits(n, p, planCards(nil, plan), uid); r != nil {
 		return a, r, true
 	}
 	a = plan.Assignment(n.state)
@@ -968,14 +967,6 @@ func dedupUses(us []use) []use {
 // a container of another pod with the same device count that is not interchangeable with it.
 // self is the pod's own UID (its earlier reservation is not a conflict).
 func (c *Cache) waits(n *nodeEntry, p *core.Pod, cards []int, self types.UID) *core.Reason {
-	return c.waitsIn(n, p, cards, self, "")
-}
-
-// waitsIn is waits for a member of the pod group group ("" for none): the in-flight containers of
-// the group's own reservations (podRecord.group) do not hold it back when they are
-// interchangeable with its own, whatever their creation order — the group's members are planned
-// together and none of them is bound before the plan is whole.
-func (c *Cache) waitsIn(n *nodeEntry, p *core.Pod, cards []int, self types.UID, group string) *core.Reason {
 	if r := c.cpuWaits(n, p); r != nil {
 		return r
 	}
@@ -1013,7 +1004,9 @@ func (c *Cache) waitsIn(n *nodeEntry, p *core.Pod, cards []int, self types.UID, 
 					// profile: the device plugin serves each resource apart): never confused.
 					continue
 				}
-				if ordered && f.created >= p.Created && (group == "" || other.group != group) {
+				// Members of one group get no exception here: on a TopologyManager node the
+				// kubelet could swap two of them across NUMA nodes as it could any two pods.
+				if ordered && f.created >= p.Created {
 					if numa >= 0 && f.shape == shape && !f.unmanaged && !f.sel.HasCardConstraint() && oneNUMA(n.state, cardIndexes(n.state, f.cards)) == numa {
 						// Replicas on one NUMA node: whichever the kubelet admits first gets
 						// that node's hints and takes its own cards (Allocate asks the kubelet
