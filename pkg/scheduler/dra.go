@@ -16,7 +16,8 @@ import (
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
 
-// DRA's extended-resource mapping (KEP-5004, on by default from Kubernetes 1.37): a DeviceClass
+// DRA's extended-resource mapping (KEP-5004; the DRAExtendedResource gate is beta and on by default
+// in Kubernetes 1.36, GA in 1.37): a DeviceClass
 // whose spec.extendedResourceName is, say, nvidia.com/gpu lets kube-scheduler satisfy a pod's
 // nvidia.com/gpu through a DRA ResourceClaim on a node whose device plugin does not advertise the
 // resource. A node advertising it keeps the device-plugin path. Cardinal places its pods only on

@@ -17,10 +17,11 @@ import (
 )
 
 // TestExtenderFindsDRAMappings (issue 35): on a real API server of the test bed's Kubernetes, a
-// DeviceClass that maps nvidia.com/gpu to DRA (KEP-5004) keeps its extendedResourceName from 1.37
-// (the DRAExtendedResource gate on by default; before, alpha and off, the field is dropped), and
-// the extender counts such classes in cardinal_extender_dra_mapped_resources: 1 here from 1.37 (a
-// class mapping another vendor's resource is not counted), 0 before.
+// DeviceClass that maps nvidia.com/gpu to DRA (KEP-5004) keeps its extendedResourceName from 1.36
+// (the DRAExtendedResource gate: alpha and off in 1.34-1.35, beta and on in 1.36, GA in 1.37; off,
+// the API server drops the field), and the extender counts such classes in
+// cardinal_extender_dra_mapped_resources: 1 here from 1.36 (a class mapping another vendor's
+// resource is not counted), 0 before.
 func TestExtenderFindsDRAMappings(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{})
 	v, err := c.Client.Discovery().ServerVersion()
@@ -31,7 +32,7 @@ func TestExtenderFindsDRAMappings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("server minor %q: %v", v.Minor, err)
 	}
-	mapped := minor >= 37
+	mapped := minor >= 36
 	for name, res := range map[string]string{"gpu.example.com": "nvidia.com/gpu", "fpga.example.com": "example.com/fpga"} {
 		dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.DeviceClassSpec{ExtendedResourceName: ptr.To(res)}}
 		got, err := c.Client.ResourceV1().DeviceClasses().Create(context.Background(), dc, metav1.CreateOptions{})
