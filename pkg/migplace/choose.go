@@ -28,9 +28,9 @@ type Policy string
 
 // The policies.
 const (
-	// PolicyFragAware keeps the mix placeable: the option of least Loss; among equal losses the
-	// fuller card (it keeps emptier cards whole for large profiles), then the lower card index and
-	// start.
+	// PolicyFragAware keeps the mix placeable: the option of least Loss (the demand-weighted share
+	// of the cluster's room for each profile it uses up); among equal losses the fuller card (it
+	// keeps emptier cards whole for large profiles), then the lower card index and start.
 	PolicyFragAware Policy = "frag-aware"
 	// PolicyFirstFit is the baseline: the first card, in the caller's order, with a free placement,
 	// and on it the lowest free start (what placing in order without a choice gives).
@@ -89,13 +89,21 @@ func NewChooser(p Policy, mix []Demand) (*Chooser, error) {
 	return ch, nil
 }
 
-// Loss is what placing profile i at pl on c costs the mix: for each profile q of the mix the card's
-// model has, the instances of q that no longer fit on the card (Card.Fits before minus after),
-// times q's compute slices, times q's share of the mix. In compute slices of expected demand: 0 when
-// the placement leaves every profile of the mix as placeable as before; 7 × share(7g) when it takes
-// an empty card's only 7g. The card changes alone, so this is the change in the whole cluster's
-// count of placeable instances. pl must be free (Check nil).
-func (ch *Chooser) Loss(c Card, i int, pl Placement) float64 {
+// Loss is what placing profile i at pl on c costs the mix, given the cluster's placeable count of
+// each profile (placeable[q]: Σ over the cards of Card.Fits for the mix's q-th profile, before the
+// placement; see Options): for each profile q of the mix, the instances of q that no longer fit on
+// the card (Card.Fits before minus after) over placeable[q], times q's share of the mix. It is the
+// share of the cluster's room for each profile the choice uses up, weighted by demand: 0 when the
+// placement leaves every profile of the mix as placeable as before; share(7g) when it takes the
+// only card left that holds a 7g; share(1g)/50 when it takes one of 50 places for a 1g. A profile
+// no card can hold any more (placeable 0) counts for nothing. pl must be free (Check nil).
+//
+// Why a share of the cluster's room and not a count of instances: counted in instances (or in
+// compute slices), a half-used card's free half holds 4 1g, 2 2g, a 3g and a 4g, all lost to a 3g
+// placed there, while an empty card "loses" fewer of them and only one 7g; that count sent the
+// second 3g to an empty card and served fewer 7g than first-fit (bench/results/mig-placement-*.md).
+// As a share, the last card that holds a 7g weighs as much as all the places for a 1g.
+func (ch *Chooser) Loss(c Card, i int, pl Placement, placeable []int) float64 {
 	if ch.total == 0 {
 		return 0
 	}
@@ -104,21 +112,40 @@ func (ch *Chooser) Loss(c Card, i int, pl Placement) float64 {
 		return math.Inf(1)
 	}
 	loss := 0.0
-	for _, d := range ch.mix {
+	for k, d := range ch.mix {
 		q, ok := c.Model.Profile(d.Profile)
-		if !ok {
+		if !ok || k >= len(placeable) || placeable[k] == 0 {
 			continue
 		}
 		lost := c.Fits(q) - after.Fits(q)
-		loss += float64(lost*c.Model.Profiles[q].Compute) * d.Weight / ch.total
+		loss += float64(lost) / float64(placeable[k]) * d.Weight / ch.total
 	}
 	return loss
+}
+
+// Placeable is, for each profile of the mix (in the chooser's order), how many instances of it the
+// cards hold room for: Σ over cards of Card.Fits (each card's count alone: the profiles compete for
+// the same slices).
+func (ch *Chooser) Placeable(cards []Card) []int {
+	out := make([]int, len(ch.mix))
+	for k := range cards {
+		if cards[k].Model == nil {
+			continue
+		}
+		for j, d := range ch.mix {
+			if q, ok := cards[k].Model.Profile(d.Profile); ok {
+				out[j] += cards[k].Fits(q)
+			}
+		}
+	}
+	return out
 }
 
 // Options lists every free placement of the named profile on cards, with its Loss, in card and
 // start order. A card whose model lacks the profile offers none.
 func (ch *Chooser) Options(cards []Card, profile string) []Option {
 	var out []Option
+	placeable := ch.Placeable(cards)
 	for k := range cards {
 		c := cards[k]
 		if c.Model == nil {
@@ -129,7 +156,7 @@ func (ch *Chooser) Options(cards []Card, profile string) []Option {
 			continue
 		}
 		for _, pl := range c.Free(i) {
-			out = append(out, Option{Card: k, Placement: pl, Loss: ch.Loss(c, i, pl), Used: c.Used.Count()})
+			out = append(out, Option{Card: k, Placement: pl, Loss: ch.Loss(c, i, pl, placeable), Used: c.Used.Count()})
 		}
 	}
 	return out

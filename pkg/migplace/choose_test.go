@@ -2,6 +2,7 @@ package migplace
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -14,21 +15,26 @@ func TestLossCountsWhatEachProfileCanNoLongerPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	i, _ := m.Profile("1g.10gb")
+	// The card alone: room for 7 1g.10gb, 3 2g.20gb, 1 4g.40gb.
+	placeable := ch.Placeable([]Card{NewCard(m)})
+	if want := []int{7, 3, 1}; !slices.Equal(placeable, want) {
+		t.Fatalf("Placeable = %v, want %v", placeable, want)
+	}
 	tests := []struct {
 		start int
 		want  float64
 	}{
-		// 1g: 7 → 6 (1 × 1 slice); 4g: 1 → 0 (1 × 4); 2g: 3 → 2 (1 × 2): (1 + 4 + 2) / 3.
-		{0, 7.0 / 3},
-		{1, 7.0 / 3},
-		// 1g: 1; 4g keeps 0:4; 2g loses 4:2 (2): (1 + 0 + 2) / 3.
-		{4, 3.0 / 3},
-		{5, 3.0 / 3},
-		// 1g: 1; 4g and all three 2g stay (2g×3 = 6 compute slices + this 1 = 7): 1 / 3.
-		{6, 1.0 / 3},
+		// 1g: 1 of 7; 2g: 1 of 3 (the card holds 2 more, not 3); 4g: its only one.
+		{0, (1.0/7 + 1.0/3 + 1) / 3},
+		{1, (1.0/7 + 1.0/3 + 1) / 3},
+		// 1g: 1 of 7; 4g keeps 0:4; 2g loses 4:2.
+		{4, (1.0/7 + 1.0/3) / 3},
+		{5, (1.0/7 + 1.0/3) / 3},
+		// 1g: 1 of 7; 4g and all three 2g stay (2g×3 = 6 compute slices + this 1 = 7).
+		{6, 1.0 / 7 / 3},
 	}
 	for _, tt := range tests {
-		if got := ch.Loss(NewCard(m), i, pl(tt.start, 1)); math.Abs(got-tt.want) > 1e-12 {
+		if got := ch.Loss(NewCard(m), i, pl(tt.start, 1), placeable); math.Abs(got-tt.want) > 1e-12 {
 			t.Errorf("Loss of 1g.10gb at %d = %v, want %v", tt.start, got, tt.want)
 		}
 	}
@@ -39,16 +45,17 @@ func TestLossCountsWhatEachProfileCanNoLongerPlace(t *testing.T) {
 }
 
 // TestChooseKeepsTheLargeProfilePlaceable: mix 1g.10gb and 7g.80gb (1/2 each). Card 0 is empty,
-// card 1 holds a 3g.40gb at 0. A 1g.10gb on card 0 costs its 7g (7 × 1/2) and a 1g (1/2): 4; on
-// card 1 only a 1g (1/2). Frag-aware takes card 1 (its first free start, 4); first-fit card 0.
+// card 1 holds a 3g.40gb at 0: room for 7 + 3 = 10 1g and 1 + 0 = 1 7g. A 1g.10gb on card 0 costs
+// the cluster's only 7g (1/1 × 1/2) and a 1g (1/10 × 1/2): 0.55; on card 1 only a 1g: 0.05.
+// Frag-aware takes card 1 (its first free start, 4); first-fit card 0.
 func TestChooseKeepsTheLargeProfilePlaceable(t *testing.T) {
 	m := A100_80GB
 	cards := []Card{NewCard(m), card(t, m, "3g.40gb@0")}
 	mix := []Demand{{"1g.10gb", 1}, {"7g.80gb", 1}}
 	fa, _ := NewChooser(PolicyFragAware, mix)
 	ff, _ := NewChooser(PolicyFirstFit, mix)
-	if got, ok := fa.Choose(cards, "1g.10gb"); !ok || got.Card != 1 || got.Placement != pl(4, 1) || got.Loss != 0.5 {
-		t.Errorf("frag-aware: %+v, want card 1 at 4:1, loss 0.5", got)
+	if got, ok := fa.Choose(cards, "1g.10gb"); !ok || got.Card != 1 || got.Placement != pl(4, 1) || math.Abs(got.Loss-0.05) > 1e-12 {
+		t.Errorf("frag-aware: %+v, want card 1 at 4:1, loss 0.05", got)
 	}
 	if got, ok := ff.Choose(cards, "1g.10gb"); !ok || got.Card != 0 || got.Placement != pl(0, 1) {
 		t.Errorf("first-fit: %+v, want card 0 at 0:1", got)
@@ -63,6 +70,18 @@ func TestEqualLossGoesToTheFullerCard(t *testing.T) {
 	fa, _ := NewChooser(PolicyFragAware, nil)
 	if got, _ := fa.Choose(cards, "1g.20gb"); got.Card != 1 || got.Placement != pl(4, 2) {
 		t.Errorf("frag-aware without a mix: %+v, want card 1 at 4:2", got)
+	}
+}
+
+// TestLossWeighsScarceRoomMore: the same 1g.10gb costs the 7g share more when fewer cards can still
+// hold a 7g: with two empty cards it uses up half the room for 7g, with one all of it.
+func TestLossWeighsScarceRoomMore(t *testing.T) {
+	m := A100_80GB
+	ch, _ := NewChooser(PolicyFragAware, []Demand{{"7g.80gb", 1}})
+	one := ch.Loss(NewCard(m), 0, pl(0, 1), ch.Placeable([]Card{NewCard(m)}))
+	two := ch.Loss(NewCard(m), 0, pl(0, 1), ch.Placeable([]Card{NewCard(m), NewCard(m)}))
+	if one != 1 || two != 0.5 {
+		t.Errorf("loss with one empty card %v, with two %v: want 1 and 0.5", one, two)
 	}
 }
 
