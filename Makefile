@@ -91,7 +91,7 @@ BENCH_SIZE      ?= small
 BENCH_S6_WINDOW ?=
 BENCH_ONLY      ?=
 
-.PHONY: bench replay links
+.PHONY: bench replay links migplace
 # The four traces, then five blends of them, under frag-aware and BestFit, with CPU-only pods routed
 # through Cardinal and not, 10 seeds each (about 25 minutes on 2 cores); REPLAY_FLAGS replaces it all.
 REPLAY_TRACE_DIR := testdata/traces/alibaba-gpu-v2023
@@ -108,6 +108,9 @@ endif
 
 links: ## Print S9's table: multi-card pods given all-NVLink cards, Cardinal vs card binpack vs kubelet-time picking (LINKS_FLAGS, e.g. --seeds 10).
 	$(GO) run ./bench/links $(LINKS_FLAGS)
+
+migplace: ## Print the MIG placement table: requests served by frag-aware vs first-fit placement on A100-80GB cards (MIGPLACE_FLAGS, e.g. --seeds 10).
+	$(GO) run ./bench/migplace $(MIGPLACE_FLAGS)
 
 bench: testbed-bins ## Run the speed benchmarks S1-S6 and write bench/results/latest.md (BENCH_SIZE=tiny|small|full, BENCH_ONLY=S2,S3, BENCH_S6_WINDOW=5m).
 	$(GO) run ./bench --size $(BENCH_SIZE) --out bench/results/latest.md --raw bench/results/latest-raw.txt \

@@ -71,6 +71,11 @@ func FuzzDecodeInventory(f *testing.F) {
 	if s, err := EncodeInventory(sampleLinksInventory()); err == nil {
 		f.Add(s)
 	}
+	if s, err := EncodeInventory(Inventory{GPUs: []GPU{{UUID: uuid1, Shares: 1, MIG: sampleDynamicMIG()}}}); err == nil {
+		f.Add(s)
+	}
+	f.Add(`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabled","dynamicV":1,"dynamic":[{"profile":"3g.40gb","size":4,"starts":[0,4]}]}}]}`)
+	f.Add(`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1,"mig":{"mode":"enabled","dynamicV":2,"dynamic":[{"profile":"3g.40gb","size":4,"starts":[4,0]}]}}]}`)
 	for _, s := range []string{
 		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-b","shares":1}],"links":[{"a":0,"b":1,"nvlinks":18,"nvswitch":true,"pcie":"system"}]}`,
 		`{"v":1,"gpus":[{"uuid":"GPU-a","shares":1},{"uuid":"GPU-b","shares":1}],"links":[{"a":1,"b":0}]}`,

@@ -42,6 +42,33 @@ type MIG struct {
 	// Instances are the card's MIG devices (one per compute instance), in NVML's order; empty
 	// unless Mode is MIGEnabled.
 	Instances []MIGInstance `json:"instances,omitempty"`
+	// DynamicV is the version of Dynamic (MIGDynamicVersion); 0 when Dynamic is empty. Added in v1
+	// without an inventory version change; a reader refuses a DynamicV it does not know.
+	DynamicV int `json:"dynamicV,omitempty"`
+	// Dynamic is set when the card is in a dynamic MIG pool (issue 40): the profiles the device
+	// plugin creates instances of on demand (the pool's allow-list, those the card has), each with
+	// every legal placement (NVML's GetGpuInstancePossiblePlacements). The placements occupied are
+	// those of Instances (start, size); a placement that overlaps one is not free. Only in mode
+	// MIGEnabled.
+	Dynamic []MIGDynamicProfile `json:"dynamic,omitempty"`
+}
+
+// MIGDynamicVersion is the version of MIG.Dynamic this package writes and reads.
+const MIGDynamicVersion = 1
+
+// MaxMIGDynamicProfiles bounds a card's dynamic profiles (an A100 or H100 has 7 GPU instance
+// profiles; newer cards a few more).
+const MaxMIGDynamicProfiles = 32
+
+// MIGDynamicProfile is a GPU instance profile the plugin may create on a card, and where.
+type MIGDynamicProfile struct {
+	// Profile is the GPU instance profile as nvidia-smi names it (3g.40gb, 1g.10gb+me); no
+	// compute instance prefix: the plugin creates one compute instance of the whole GPU instance.
+	Profile string `json:"profile"`
+	// Size is the profile's placement size in memory slices (every placement of a profile has it).
+	Size int `json:"size"`
+	// Starts are the legal start slots, ascending.
+	Starts []int `json:"starts"`
 }
 
 // MIGInstance is one MIG device: a compute instance inside a GPU instance of its parent card.
@@ -70,6 +97,9 @@ var migProfile = regexp.MustCompile(`^([1-9][0-9]?c\.)?[1-9][0-9]?g\.[1-9][0-9]{
 
 // migProfileKey is what a profile key looks like: a profile with its '+' written '.'.
 var migProfileKey = regexp.MustCompile(`^([1-9][0-9]?c\.)?[1-9][0-9]?g\.[1-9][0-9]{0,3}gb([.-][a-z][a-z0-9]{0,7}){0,4}$`)
+
+// migComputePrefix is a compute instance prefix (<c>c.) at the start of a profile.
+var migComputePrefix = regexp.MustCompile(`^[1-9][0-9]?c\.`)
 
 func validMIGProfileKey(k string) bool { return migProfileKey.MatchString(k) }
 
@@ -159,6 +189,9 @@ func (m *MIG) validate(i int, seen map[string]bool) error {
 	default:
 		return errorf(GPUInventory, "gpus[%d].mig.mode: %q is not %s or %s", i, m.Mode, MIGEnabled, MIGEnabling)
 	}
+	if err := m.validateDynamic(i); err != nil {
+		return err
+	}
 	if len(m.Instances) > MaxMIGInstances {
 		return errorf(GPUInventory, "gpus[%d].mig.instances: %d listed, at most %d", i, len(m.Instances), MaxMIGInstances)
 	}
@@ -184,6 +217,58 @@ func (m *MIG) validate(i int, seen map[string]bool) error {
 			return errorf(GPUInventory, "%s.memoryMiB: %d is negative", at, in.MemoryMiB)
 		case in.SMs < 0:
 			return errorf(GPUInventory, "%s.sms: %d is negative", at, in.SMs)
+		}
+	}
+	return nil
+}
+
+// normalize makes empty lists nil, as the encoder leaves them out: "instances":[] decodes as no
+// instances, the same value an encode and decode gives back.
+func (m *MIG) normalize() {
+	if len(m.Instances) == 0 {
+		m.Instances = nil
+	}
+	if len(m.Dynamic) == 0 {
+		m.Dynamic = nil
+	}
+}
+
+// validateDynamic checks the dynamicV and dynamic fields of card i.
+func (m *MIG) validateDynamic(i int) error {
+	switch {
+	case len(m.Dynamic) == 0 && m.DynamicV == 0:
+		return nil
+	case len(m.Dynamic) == 0:
+		return errorf(GPUInventory, "gpus[%d].mig.dynamicV: %d with no dynamic profiles", i, m.DynamicV)
+	case m.DynamicV != MIGDynamicVersion:
+		return errorf(GPUInventory, "gpus[%d].mig.dynamicV: %d is not a version this reader knows (%d)", i, m.DynamicV, MIGDynamicVersion)
+	case m.Mode != MIGEnabled:
+		return errorf(GPUInventory, "gpus[%d].mig.dynamic: listed while mode is %s (dynamic profiles exist only in mode %s)", i, m.Mode, MIGEnabled)
+	case len(m.Dynamic) > MaxMIGDynamicProfiles:
+		return errorf(GPUInventory, "gpus[%d].mig.dynamic: %d profiles, at most %d", i, len(m.Dynamic), MaxMIGDynamicProfiles)
+	}
+	seen := map[string]bool{}
+	for j := range m.Dynamic {
+		d := &m.Dynamic[j]
+		at := fmt.Sprintf("gpus[%d].mig.dynamic[%d]", i, j)
+		switch {
+		case !ValidMIGProfile(d.Profile) || migComputePrefix.MatchString(d.Profile):
+			return errorf(GPUInventory, "%s.profile: %q is not a GPU instance profile (like 1g.10gb, 3g.40gb, 1g.10gb+me; no <c>c. prefix)", at, d.Profile)
+		case seen[MIGProfileKey(d.Profile)]:
+			return errorf(GPUInventory, "%s.profile: %s appears twice", at, d.Profile)
+		case d.Size < 1 || d.Size > maxMIGSlices:
+			return errorf(GPUInventory, "%s.size: %d is not within 1..%d slices", at, d.Size, maxMIGSlices)
+		case len(d.Starts) == 0 || len(d.Starts) > maxMIGSlices:
+			return errorf(GPUInventory, "%s.starts: %d listed, 1..%d", at, len(d.Starts), maxMIGSlices)
+		}
+		seen[MIGProfileKey(d.Profile)] = true
+		for k, s := range d.Starts {
+			switch {
+			case s < 0 || s > maxMIGSlices-d.Size:
+				return errorf(GPUInventory, "%s.starts[%d]: %d with size %d is not within 0..%d slices", at, k, s, d.Size, maxMIGSlices)
+			case k > 0 && s <= d.Starts[k-1]:
+				return errorf(GPUInventory, "%s.starts[%d]: %d is not above %d (ascending, no repeats)", at, k, s, d.Starts[k-1])
+			}
 		}
 	}
 	return nil

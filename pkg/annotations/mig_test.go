@@ -419,3 +419,66 @@ func TestHasManagedResourceMIG(t *testing.T) {
 		})
 	}
 }
+
+// sampleDynamicMIG is an A100-80GB in a dynamic pool allowing 1g.10gb, 3g.40gb and 7g.80gb, with one
+// 3g.40gb created at 4:4 (placements after NVIDIA's MIG user guide; pkg/migplace has them).
+func sampleDynamicMIG() *MIG {
+	return &MIG{Mode: MIGEnabled, DynamicV: MIGDynamicVersion,
+		Instances: []MIGInstance{{UUID: migA, Profile: "3g.40gb", GI: 1, CI: 0, Start: 4, Size: 4, MemoryMiB: 40192, SMs: 42, Healthy: true}},
+		Dynamic: []MIGDynamicProfile{
+			{Profile: "1g.10gb", Size: 1, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
+			{Profile: "3g.40gb", Size: 4, Starts: []int{0, 4}},
+			{Profile: "7g.80gb", Size: 8, Starts: []int{0}},
+		}}
+}
+
+func TestDynamicMIGRoundTrip(t *testing.T) {
+	in := Inventory{GPUs: []GPU{{UUID: uuid1, Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Shares: 1, MIG: sampleDynamicMIG()}}}
+	s, err := EncodeInventory(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"dynamicV":1,"dynamic":[{"profile":"1g.10gb","size":1,"starts":[0,1,2,3,4,5,6]},{"profile":"3g.40gb","size":4,"starts":[0,4]},{"profile":"7g.80gb","size":8,"starts":[0]}]`; !strings.Contains(s, want) {
+		t.Errorf("encoded %s\nwant it to contain %s", s, want)
+	}
+	got, err := DecodeInventory(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.V = Version
+	if diff := cmp.Diff(in, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestDynamicMIGRefused(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(m *MIG)
+		want   string
+	}{
+		{"a version this reader does not know", func(m *MIG) { m.DynamicV = 2 }, "dynamicV: 2 is not a version"},
+		{"profiles without a version", func(m *MIG) { m.DynamicV = 0 }, "dynamicV: 0 is not a version"},
+		{"a version without profiles", func(m *MIG) { m.Dynamic = nil }, "dynamicV: 1 with no dynamic profiles"},
+		{"mode enabling", func(m *MIG) { m.Mode, m.Instances = MIGEnabling, nil }, "dynamic: listed while mode is enabling"},
+		{"a compute instance profile", func(m *MIG) { m.Dynamic[1].Profile = "1c.3g.40gb" }, `"1c.3g.40gb" is not a GPU instance profile`},
+		{"a malformed profile", func(m *MIG) { m.Dynamic[1].Profile = "3g" }, `"3g" is not a GPU instance profile`},
+		{"a profile twice", func(m *MIG) { m.Dynamic[2].Profile = "3g.40gb" }, "3g.40gb appears twice"},
+		{"size 0", func(m *MIG) { m.Dynamic[0].Size = 0 }, "size: 0 is not within 1..64"},
+		{"no starts", func(m *MIG) { m.Dynamic[0].Starts = nil }, "starts: 0 listed"},
+		{"starts not ascending", func(m *MIG) { m.Dynamic[1].Starts = []int{4, 0} }, "starts[1]: 0 is not above 4"},
+		{"a start repeated", func(m *MIG) { m.Dynamic[1].Starts = []int{4, 4} }, "starts[1]: 4 is not above 4"},
+		{"a start past the slices", func(m *MIG) { m.Dynamic[2].Starts = []int{57} }, "starts[0]: 57 with size 8 is not within 0..64"},
+		{"a negative start", func(m *MIG) { m.Dynamic[0].Starts = []int{-1} }, "starts[0]: -1 with size 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := sampleDynamicMIG()
+			tt.change(m)
+			_, err := EncodeInventory(Inventory{GPUs: []GPU{{UUID: uuid1, Shares: 1, MIG: m}}})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -199,6 +199,15 @@ func DecodeInventory(s string) (Inventory, error) {
 			return Inventory{}, err
 		}
 	}
+	// Empty lists decode as none, as the encoder leaves them out (the fuzz target's round trip).
+	if len(inv.Links) == 0 {
+		inv.Links = nil
+	}
+	for i := range inv.GPUs {
+		if m := inv.GPUs[i].MIG; m != nil {
+			m.normalize()
+		}
+	}
 	return inv, nil
 }
 
