@@ -93,3 +93,55 @@ func TestPodGroupsAllOrNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestPodGroupsHoldNothingUntilWhole (issue 38): a group larger than the cluster (5 pods × 2 A100s,
+// 8 A100s in all) binds no pod and holds no card: a lone 2-card pod runs beside it. A group whose
+// pods do not all exist yet waits with the count; one of its pods deleted before the rest come is
+// replaced, and the group runs whole once its count exists.
+func TestPodGroupsHoldNothingUntilWhole(t *testing.T) {
+	e := startEnv(t, stack.Options{})
+	member := func(group string, total, i int, cards int64) *corev1.Pod {
+		labels, ann := annotations.EncodePodGroup(annotations.PodGroup{Name: group, Total: total})
+		a := maps.Clone(ann)
+		a[annotations.UseGPUType] = "A100"
+		p := pod(fmt.Sprintf("%s-%d", group, i), a, ctr("main", gpu{cards: cards}))
+		p.Labels = maps.Clone(labels)
+		return p
+	}
+
+	var big []*corev1.Pod
+	for i := range 5 {
+		big = append(big, member("pg-big", 5, i, 2))
+	}
+	e.create(t, big...)
+	if msg := e.waitUnschedulable(t, "pg-big-0"); !strings.Contains(msg, "group pg-big needs 5 pods; ") {
+		t.Errorf("pg-big-0's reason %q does not say what the group needs", msg)
+	}
+	e.create(t, pod("lone", map[string]string{annotations.UseGPUType: "A100"}, ctr("main", gpu{cards: 2})))
+	e.waitRunning(t, "lone")
+	for _, p := range big {
+		if got := e.get(t, p.Name); got.Spec.NodeName != "" {
+			t.Errorf("%s of a group larger than the cluster was bound to %s", p.Name, got.Spec.NodeName)
+		}
+	}
+
+	// 2 of 3 pods exist: the group waits for the third and holds nothing.
+	e.create(t, member("pg-late", 3, 0, 1), member("pg-late", 3, 1, 1))
+	e.waitUnschedulable(t, "pg-late-0")
+	// The first filter may have run before pg-late-1 existed ("1 exist"): the pod's next cycle says 2.
+	stack.Wait(t, pendingTimeout, "pg-late-0's reason: the group waits for its third pod", func() (bool, string, error) {
+		msg, err := stack.FailedScheduling(context.Background(), e.client, namespace, "pg-late-0")
+		return strings.Contains(msg, "group pg-late needs 3 pods; 2 exist, waiting for the rest"), msg, err
+	})
+	// One of them goes before the rest come; two more make the count, and the group runs whole.
+	e.delete(t, "pg-late-0")
+	e.create(t, member("pg-late", 3, 2, 1), member("pg-late", 3, 3, 1))
+	e.waitRunning(t, "pg-late-1", "pg-late-2", "pg-late-3")
+	e.truth(t, "lone", "pg-late-1", "pg-late-2", "pg-late-3")
+	e.noDoubleBooking(t, nodeA)
+	for _, p := range big {
+		if got := e.get(t, p.Name); got.Spec.NodeName != "" {
+			t.Errorf("%s was bound to %s", p.Name, got.Spec.NodeName)
+		}
+	}
+}
