@@ -88,6 +88,7 @@ func newDeviceTable(cards []nvidia.Card, shares int) *deviceTable {
 // card's instances while it is in force. An instance is healthy when neither it nor its card has a
 // fault. An instance the inventory cannot carry (no UUID, or NVML could not tell its profile or
 // placement) is left out: it cannot be served, and it must not make the node's inventory invalid.
+// A card with dynamic MIG profiles (withDynamicMIG) lists them too.
 func migInventory(c nvidia.Card) *annotations.MIG {
 	switch {
 	case !c.MIG.Enabled():
@@ -103,6 +104,9 @@ func migInventory(c nvidia.Card) *annotations.MIG {
 		}
 		m.Instances = append(m.Instances, annotations.MIGInstance{UUID: in.UUID, Profile: in.Profile, GI: in.GI, CI: in.CI,
 			Start: in.Start, Size: in.Size, MemoryMiB: in.MemoryMiB, SMs: in.SMs, Healthy: in.Fault == "" && c.Fault == ""})
+	}
+	if m.Dynamic = migDynamic(c); len(m.Dynamic) > 0 {
+		m.DynamicV = annotations.MIGDynamicVersion
 	}
 	return m
 }

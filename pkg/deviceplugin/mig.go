@@ -2,12 +2,17 @@ package deviceplugin
 
 import (
 	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/logging"
+	"github.com/cardinal-gpu/cardinal/pkg/migplace"
 )
 
 // MIG instances as devices. A card in MIG mode (in force) serves its instances, each under the
@@ -196,4 +201,95 @@ func (t *deviceTable) describe(d advertised) string {
 		return fmt.Sprintf("MIG instance %s (%s on %s, %s)", d.MIG.Instance.UUID, d.MIG.Instance.Profile, c.UUID, c.Model)
 	}
 	return fmt.Sprintf("card %s (%s)", c.UUID, c.Model)
+}
+
+// Dynamic MIG (issue 40, docs/mig.md "Dynamic MIG"): with --mig-dynamic-profiles the inventory of
+// each card in MIG mode also lists the allow-listed profiles the card has, each with every legal
+// placement (NVML's GetGpuInstancePossiblePlacements), as mig.dynamicV and mig.dynamic. The
+// placements occupied are the instances' own. Nothing is created or destroyed yet.
+
+// validDynamicProfiles checks the allow-list: GPU instance profiles as nvidia-smi names them (no
+// <c>c. prefix), each once, at most annotations.MaxMIGDynamicProfiles.
+func validDynamicProfiles(allow []string) error {
+	if len(allow) > annotations.MaxMIGDynamicProfiles {
+		return fmt.Errorf("mig dynamic profiles: %d listed, at most %d", len(allow), annotations.MaxMIGDynamicProfiles)
+	}
+	seen := map[string]bool{}
+	for _, p := range allow {
+		if name, err := migplace.ParseProfile(p); err != nil || name.C != name.G || !annotations.ValidMIGProfile(p) {
+			return fmt.Errorf("mig dynamic profiles: %q is not a GPU instance profile (like 1g.10gb, 3g.40gb, 1g.10gb+me; no <c>c. prefix)", p)
+		}
+		if seen[annotations.MIGProfileKey(p)] {
+			return fmt.Errorf("mig dynamic profiles: %s listed twice", p)
+		}
+		seen[annotations.MIGProfileKey(p)] = true
+	}
+	return nil
+}
+
+// allowedProfiles keeps of a card's profiles those allow names, in allow's order; missing lists the
+// names the card does not have.
+func allowedProfiles(profiles []nvidia.MIGProfile, allow []string) (kept []nvidia.MIGProfile, missing []string) {
+	for _, name := range allow {
+		i := slices.IndexFunc(profiles, func(p nvidia.MIGProfile) bool {
+			return annotations.MIGProfileKey(p.Name) == annotations.MIGProfileKey(name)
+		})
+		if i < 0 {
+			missing = append(missing, name)
+			continue
+		}
+		kept = append(kept, profiles[i])
+	}
+	return kept, missing
+}
+
+// withDynamicMIG asks NVML for the profiles and legal placements of every card in MIG mode and
+// keeps the allow-listed ones (Card.Profiles), which the inventory then publishes. A card NVML
+// cannot answer for is published without them (static MIG), and logged.
+func withDynamicMIG(lib nvidia.Library, cards []nvidia.Card, allow []string, log logr.Logger) ([]nvidia.Card, error) {
+	out := slices.Clone(cards)
+	failed, err := nvidia.DiscoverMIGProfiles(lib, out)
+	if err != nil {
+		return nil, fmt.Errorf("discover MIG profiles: %w", err)
+	}
+	for i := range out {
+		c := &out[i]
+		if err := failed[c.UUID]; err != nil {
+			log.Error(err, "MIG profiles and placements not discovered; the card is published without dynamic profiles", logging.KeyGPU, c.UUID)
+			continue
+		}
+		if !c.MIG.Current || c.UUID == "" || c.Fault != "" {
+			continue
+		}
+		var missing []string
+		c.Profiles, missing = allowedProfiles(c.Profiles, allow)
+		log.Info("dynamic MIG profiles published", logging.KeyGPU, c.UUID, "model", c.Model, "profiles", profileNames(c.Profiles), "notOnCard", missing)
+	}
+	return out, nil
+}
+
+func profileNames(ps []nvidia.MIGProfile) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// migDynamic is the inventory's mig.dynamic of a card: its Profiles, less any the contract cannot
+// carry (a name that is not a GPU instance profile, a repeat, a placement out of bounds), so that
+// one odd answer of NVML never makes the node's inventory invalid.
+func migDynamic(c nvidia.Card) []annotations.MIGDynamicProfile {
+	var out []annotations.MIGDynamicProfile
+	seen := map[string]bool{}
+	for _, p := range c.Profiles {
+		key := annotations.MIGProfileKey(p.Name)
+		if len(out) == annotations.MaxMIGDynamicProfiles || validDynamicProfiles([]string{p.Name}) != nil || seen[key] ||
+			p.Size < 1 || len(p.Starts) == 0 || p.Starts[0] < 0 || p.Starts[len(p.Starts)-1]+p.Size > 64 || !slices.IsSorted(p.Starts) {
+			continue
+		}
+		seen[key] = true
+		out = append(out, annotations.MIGDynamicProfile{Profile: p.Name, Size: p.Size, Starts: slices.Compact(slices.Clone(p.Starts))})
+	}
+	return out
 }

@@ -101,6 +101,10 @@ type Config struct {
 	// ResetXids are critical XIDs after which a card stays unhealthy until it is reset (observed as
 	// the card falling off the bus and answering again) or the plugin restarts.
 	ResetXids XidList
+	// MIGDynamicProfiles is the dynamic MIG allow-list (issue 40): when set, the inventory of each
+	// card in MIG mode lists those of these GPU instance profiles the card has, with their legal
+	// placements (mig.dynamic). Empty: no card is dynamic.
+	MIGDynamicProfiles []string
 	// NVML, when set, is used instead of the real library or the simulation (tests).
 	NVML nvidia.Library
 	// MemorySymbols, when set, says which functions NVML has (tests with a mock NVML); the real
@@ -164,6 +168,9 @@ func (c *Config) validate() error {
 		if slices.Contains(c.IgnoredXids, x) {
 			errs = append(errs, fmt.Errorf("XID %d is both ignored (--health-ignored-xids) and reset-class (--health-reset-xids)", x))
 		}
+	}
+	if err := validDynamicProfiles(c.MIGDynamicProfiles); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Names.Validate(); err != nil {
 		errs = append(errs, err)
@@ -237,6 +244,12 @@ func Run(ctx context.Context, cfg Config) error {
 			continue
 		}
 		log.Info("card found", logging.KeyGPU, c.UUID, "index", c.Index, "model", c.Model, "memoryMiB", c.MemoryMiB, "numa", c.NUMA, "pciBusID", c.PCIBusID)
+	}
+
+	if len(cfg.MIGDynamicProfiles) > 0 {
+		if cards, err = withDynamicMIG(lib, cards, cfg.MIGDynamicProfiles, log); err != nil {
+			return err
+		}
 	}
 
 	cardLinks, err := nvidia.DiscoverLinks(lib, cards)

@@ -41,6 +41,9 @@ type Card struct {
 	// order; empty otherwise. An instance NVML cannot describe fully has its Fault set; one whose
 	// UUID NVML cannot tell is listed with UUID "" (it cannot be served, as a nameless card).
 	Instances []MIGInstance
+	// Profiles are the card's GPU instance profiles with their legal placements (dynamic MIG);
+	// set by DiscoverMIGProfiles only, for a card whose MIG mode is in force.
+	Profiles []MIGProfile
 }
 
 // MIGInstance is one MIG device (a compute instance inside a GPU instance) of a card in MIG mode.

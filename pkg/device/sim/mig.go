@@ -11,6 +11,7 @@ import (
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/migplace"
 )
 
 // The simulated MIG geometry, A100-like: a card has 8 memory slices and 7 compute slices; a GPU
@@ -242,12 +243,8 @@ type migDevice struct {
 	lost bool
 }
 
-// gpuInstance is a GPU instance of a simulated card.
-type gpuInstance struct {
-	mock.GpuInstance
-}
-
 // maxMIGDevices is what GetMaxMigDeviceCount answers: an A100's 7, or more if the file has more.
+// (s.mu held).
 func (d *device) maxMIGDevices() int { return max(ComputeSlices, len(d.migs)) }
 
 // migCurrent reports whether MIG mode is in force on the card now.
@@ -261,24 +258,20 @@ func (d *device) migCurrent() bool {
 func (d *device) setMIGFuncs() {
 	gone := func() bool { return d.faultIs(FaultLost) }
 	profiles := map[int]nvml.GpuInstanceProfileInfo{}
-	gis := map[int]*gpuInstance{}
+	d.gis = map[int]*gpuInstance{}
 	for _, in := range d.card.Instances {
 		profiles[in.ProfileIndex] = nvml.GpuInstanceProfileInfo{Id: profileID(in.ProfileIndex), SliceCount: uint32(in.G),
 			InstanceCount: uint32(ComputeSlices / in.G), MultiprocessorCount: uint32(SMsPerSlice * in.G), MemorySizeMB: uint64(in.ProfileMiB)}
 		m := &migDevice{in: in, parent: d, lost: !in.Healthy}
 		m.setFuncs()
 		d.migs = append(d.migs, m)
-		gi := &gpuInstance{}
-		info := nvml.GpuInstanceInfo{Device: d, Id: uint32(in.GI), ProfileId: profileID(in.ProfileIndex),
-			Placement: nvml.GpuInstancePlacement{Start: uint32(in.Start), Size: uint32(in.Size)}}
-		gi.GetInfoFunc = func() (nvml.GpuInstanceInfo, nvml.Return) {
-			if gone() {
-				return nvml.GpuInstanceInfo{}, nvml.ERROR_GPU_IS_LOST
-			}
-			return info, nvml.SUCCESS
-		}
-		gis[in.GI] = gi
+		gi := d.newGPUInstance(in.GI, profileID(in.ProfileIndex), in.Profile, in.G, migplace.Placement{Start: in.Start, Size: in.Size})
+		gi.ci = m
+		d.gis[in.GI] = gi
 	}
+	d.model, _ = migplace.ModelFor(d.card.Model, d.card.MemoryMiB)
+	d.addModelProfiles(profiles)
+	d.setDynamicFuncs()
 	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
 		switch {
@@ -287,7 +280,7 @@ func (d *device) setMIGFuncs() {
 		case d.migMode() == nil:
 			return 0, nvml.ERROR_NOT_SUPPORTED
 		}
-		return d.maxMIGDevices(), nvml.SUCCESS
+		return d.maxMIGDevicesLocking(), nvml.SUCCESS
 	}
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 		switch {
@@ -295,9 +288,14 @@ func (d *device) setMIGFuncs() {
 			return nil, nvml.ERROR_GPU_IS_LOST
 		case d.migMode() == nil:
 			return nil, nvml.ERROR_NOT_SUPPORTED
-		case i < 0 || i >= d.maxMIGDevices():
+		case i < 0 || i >= d.maxMIGDevicesLocking():
 			return nil, nvml.ERROR_INVALID_ARGUMENT
-		case i >= len(d.migs) || !d.migCurrent():
+		case !d.migCurrent():
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		if i >= len(d.migs) || d.migs[i] == nil {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		return d.migs[i], nvml.SUCCESS
@@ -309,8 +307,13 @@ func (d *device) setMIGFuncs() {
 		case d.migMode() == nil:
 			return nil, nvml.ERROR_NOT_SUPPORTED
 		}
-		gi, ok := gis[id]
-		if !ok || !d.migCurrent() {
+		if !d.migCurrent() {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		gi, ok := d.gis[id]
+		if !ok {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		return gi, nvml.SUCCESS
@@ -394,7 +397,7 @@ func (s *Server) SetInstanceHealth(uuid string, healthy bool) bool {
 	defer s.mu.Unlock()
 	for _, d := range s.devices {
 		for _, m := range d.migs {
-			if m.in.UUID != uuid {
+			if m == nil || m.in.UUID != uuid {
 				continue
 			}
 			if m.lost == !healthy {
@@ -416,7 +419,7 @@ func (s *Server) InstanceHealthy(uuid string) bool {
 	defer s.mu.Unlock()
 	for _, d := range s.devices {
 		for _, m := range d.migs {
-			if m.in.UUID == uuid {
+			if m != nil && m.in.UUID == uuid {
 				return !m.lost
 			}
 		}

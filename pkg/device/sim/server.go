@@ -9,6 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/migplace"
 )
 
 // XidFallenOffBus is the XID the simulator raises when a card turns unhealthy (79: GPU has fallen off
@@ -36,8 +37,14 @@ type device struct {
 	// mig is the MIG mode; nil when the card does not support MIG.
 	mig  *nvidia.MIGMode
 	sets []*eventSet
-	// migs are the card's MIG devices, in index order (fixed at New).
+	// migs are the card's MIG devices, in index order: the file's at New, then those created
+	// (dynamic.go) in the first free index; nil where one was destroyed.
 	migs []*migDevice
+	// gis are the card's GPU instances by ID; model is the card's MIG geometry (nil when
+	// pkg/migplace does not model the card); created counts the MIG devices created (their UUIDs).
+	gis     map[int]*gpuInstance
+	model   *migplace.Model
+	created int
 }
 
 type eventSet struct {
