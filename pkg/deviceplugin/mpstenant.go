@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/cardinal-gpu/cardinal/pkg/filecopy"
 )
 
 // MPS tenants. An mps node serves the shared containers of one namespace at a time
@@ -112,7 +114,7 @@ func (t *mpsTenants) switchTo(namespace string) (bool, error) {
 	}
 	epoch := t.epoch + 1
 	data := fmt.Sprintf("epoch=%d\nnamespace=%s\n", epoch, namespace)
-	if err := writeFileAtomic(t.file, []byte(data)); err != nil {
+	if err := filecopy.WriteAtomic(t.file, []byte(data)); err != nil {
 		return false, fmt.Errorf("MPS tenant request: %w", err)
 	}
 	t.epoch, t.namespace = epoch, namespace
@@ -214,28 +216,6 @@ func (t *mpsTenants) watch(ctx context.Context, probe SharingProbe, set func(err
 			}
 		}
 	}
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it over path.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
 }
 
 // switchTenantLocked asks the daemon for a fresh start when e is a shared container's pod of

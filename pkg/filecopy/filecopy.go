@@ -168,8 +168,8 @@ func (c *Copier) Sync() (changed bool, err error) {
 	if int64(len(data)) > c.cfg.MaxBytes {
 		return c.drop(fmt.Errorf("source %s is larger than %d bytes", c.cfg.Src, c.cfg.MaxBytes))
 	}
-	if err := writeAtomic(c.cfg.Dst, data); err != nil {
-		return false, err
+	if err := WriteAtomic(c.cfg.Dst, data); err != nil {
+		return false, fmt.Errorf("copy to %s: %w", c.cfg.Dst, err)
 	}
 	c.last, c.copied = stampOf(fi), true
 	return true, nil
@@ -191,11 +191,12 @@ func (c *Copier) drop(cause error) (bool, error) {
 	return removed, cause
 }
 
-// writeAtomic writes data to a temporary file beside dst and renames it over dst.
-func writeAtomic(dst string, data []byte) error {
+// WriteAtomic writes data (mode 0644) to a temporary file beside dst and renames it over dst, so
+// a reader sees the old content or the new, never a part; the temporary file is removed on failure.
+func WriteAtomic(dst string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(dst), tmpPrefix(dst)+"*")
 	if err != nil {
-		return fmt.Errorf("copy: %w", err)
+		return err
 	}
 	name := tmp.Name()
 	_, err = tmp.Write(data)
@@ -210,7 +211,6 @@ func writeAtomic(dst string, data []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(name)
-		return fmt.Errorf("copy to %s: %w", dst, err)
 	}
-	return nil
+	return err
 }
