@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,34 +17,18 @@ import (
 // unschedulable flush, five minutes later. So when no node fits a pod and some were refused for
 // cordoned cards, the mark that decides is read from the API server (a quorum read) and, where
 // it changed, applied before the pod is evaluated again.
+//
+// Every such call reads: a read skipped because the node was read a moment ago could be the one
+// that follows the uncordon (a rate limit of one read a second per node let a pod woken by a drain
+// just before the uncordon wait five minutes). kube-scheduler filters one pod at a time, so the
+// cost is at most maxCordonRechecks GETs per scheduling attempt of a pod that fits nowhere and was
+// refused somewhere for a cordon.
 const (
 	// maxCordonRechecks bounds the nodes one filter call reads.
 	maxCordonRechecks = 4
-	// cordonRecheckEvery bounds how often one node is read, whatever the number of pods refused.
-	cordonRecheckEvery = time.Second
 	// cordonRecheckTimeout bounds one read.
 	cordonRecheckTimeout = 2 * time.Second
 )
-
-// cordonRechecks remembers when each node was last read.
-type cordonRechecks struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// due reports whether node may be read now, and if so records that it is.
-func (r *cordonRechecks) due(node string, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t, ok := r.last[node]; ok && now.Sub(t) < cordonRecheckEvery {
-		return false
-	}
-	if r.last == nil || len(r.last) > 4096 {
-		r.last = map[string]time.Time{}
-	}
-	r.last[node] = now
-	return true
-}
 
 // cordonRefused lists the nodes whose verdict is a refusal for cordoned cards.
 func cordonRefused(names []string, verdicts []Verdict) []string {
@@ -58,19 +41,11 @@ func cordonRefused(names []string, verdicts []Verdict) []string {
 	return out
 }
 
-// recheckCordons reads the nodes (at most maxCordonRechecks, each at most once a cordonRecheckEvery)
-// and applies those whose cordon marks differ from the cache's; it reports whether one did.
+// recheckCordons reads the nodes (at most maxCordonRechecks) and applies those whose cordon marks
+// differ from the cache's; it reports whether one did.
 func (s *Server) recheckCordons(ctx context.Context, nodes []string) bool {
 	changed := false
-	read := 0
-	for _, name := range nodes {
-		if read == maxCordonRechecks {
-			break
-		}
-		if !s.rechecks.due(name, s.cache.clock.Now()) {
-			continue
-		}
-		read++
+	for _, name := range nodes[:min(len(nodes), maxCordonRechecks)] {
 		rctx, cancel := context.WithTimeout(ctx, cordonRecheckTimeout)
 		node, err := s.client.CoreV1().Nodes().Get(rctx, name, metav1.GetOptions{})
 		cancel()

@@ -63,9 +63,6 @@ type Server struct {
 	// pdbs lists PodDisruptionBudgets for preemption (nil: none known).
 	pdbs PDBLister
 
-	// rechecks: when each node's cordon marks were last read (recheck.go).
-	rechecks cordonRechecks
-
 	memoMu sync.Mutex
 	memo   memo
 	// refused is guarded by memoMu (preempt.go).
