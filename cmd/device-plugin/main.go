@@ -40,6 +40,7 @@ func main() {
 	fs.StringVar(&cfg.PodResourcesSocket, "pod-resources-socket", cfg.PodResourcesSocket, "the kubelet's PodResources API socket, the truth about which container holds which device")
 	fs.StringVar(&cfg.Simulate, "simulate", cfg.Simulate, "path of a simulated-NVML YAML file (see README); empty uses the real NVML (libnvidia-ml, loaded at run time)")
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", cfg.SchedulerName, "Cardinal's kube-scheduler profile: a pod naming it that carries no cardinal.io/gpu-assignment was bound by someone else and is never served")
+	fs.StringVar(&cfg.ExactSchedulerName, "exact-scheduler-name", cfg.ExactSchedulerName, "Cardinal's second kube-scheduler profile, which scores every node: the same rule holds for its pods; empty: none")
 	fs.IntVar(&cfg.Shares, "shares", cfg.Shares, "pods that may share one card: 1 advertises one device per card (its UUID); N>1 advertises N slot devices <UUID>::<k> per card")
 	fs.StringSliceVar(&cfg.MIGDynamicProfiles, "mig-dynamic-profiles", cfg.MIGDynamicProfiles, "dynamic MIG allow-list (in progress: published only, nothing is created yet), comma-separated GPU instance profiles (1g.10gb,3g.40gb,1g.10gb+me): the inventory of each card in MIG mode lists those the card has with their legal placements (mig.dynamic); empty: off")
 	fs.BoolVar(&cfg.Topology, "topology", cfg.Topology, "report each device's NUMA node to the kubelet (TopologyInfo), so its TopologyManager can align CPUs with the cards")

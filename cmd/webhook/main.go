@@ -78,6 +78,7 @@ func run() error {
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":8080", "address of /metrics (admission latency, decisions by outcome); empty disables")
 	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", "cardinal-scheduler", "scheduler profile GPU pods are sent to")
+	fs.StringVar(&cfg.ExactSchedulerName, "exact-scheduler-name", "", "Cardinal's second scheduler profile, which scores every node: GPU pods with card rules, shares, MIG instances or a pod group are sent to it, the others to --scheduler-name (which may sample nodes); empty: every GPU pod goes to --scheduler-name")
 	fs.StringSliceVar(&cfg.TrustedServiceAccounts, "trusted-service-accounts", nil,
 		"comma list of system:serviceaccount:<namespace>:<name> allowed to add, change or remove Cardinal's internal pod annotations (the extender's and the device plugin's)")
 	fs.StringSliceVar(&cfg.DeviceEnvNamespaces, "device-env-namespaces", webhook.DefaultDeviceEnvNamespaces(),

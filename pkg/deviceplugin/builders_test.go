@@ -26,7 +26,10 @@ const testNode = "node-a"
 
 // testScheduler is the scheduler profile the test plugins know as Cardinal's; pods the builders
 // give an assignment name it, as pods Cardinal binds do.
-const testScheduler = "cardinal-scheduler"
+const (
+	testScheduler      = "cardinal-scheduler"
+	testExactScheduler = "cardinal-scheduler-exact"
+)
 
 // uuidOf is the UUID of test card i.
 func uuidOf(i int) string { return fmt.Sprintf("GPU-%02d", i) }
@@ -57,7 +60,7 @@ func testPlugin(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 // time only (the builders' pods all have none, so their order is not certain).
 func testPluginListing(t testing.TB, cards []nvidia.Card, shares int) *Plugin {
 	t.Helper()
-	p := newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), SchedulerName: testScheduler, Cards: cards, Shares: shares, Topology: true,
+	p := newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), SchedulerNames: []string{testScheduler, testExactScheduler}, Cards: cards, Shares: shares, Topology: true,
 		Log: logr.Discard(), CacheWait: 20 * time.Millisecond})
 	p.kubeletRecord = agreeing(p)
 	return p

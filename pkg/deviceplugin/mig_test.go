@@ -355,7 +355,7 @@ func TestMIGDeviceListStrategies(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := newPlugin(pluginOptions{Node: testNode, Names: migNames, SchedulerName: testScheduler, Cards: migCards(), Shares: 1, Topology: true,
+			p := newPlugin(pluginOptions{Node: testNode, Names: migNames, SchedulerNames: []string{testScheduler, testExactScheduler}, Cards: migCards(), Shares: 1, Topology: true,
 				DeviceList: c.dl, Log: logrDiscard(), CacheWait: 20 * time.Millisecond})
 			p.MarkSynced()
 			p.UpsertPod(newPod("pod", ctr{name: "main", ids: []string{migUUID(1, 2), migUUID(0, 2)}, mig: "1g.10gb"}).obj(t))

@@ -110,6 +110,14 @@ func TestPodBoundAroundCardinalIsNeverServed(t *testing.T) {
 	_, err := allocateOne(p, []string{uuidOf(0)})
 	wantRefusal(t, err, ReasonUnusable, "default/forged", `names Cardinal's scheduler "cardinal-scheduler" but carries no cardinal.io/gpu-assignment`)
 
+	// The same holds for Cardinal's exact profile (issue 39: two profiles).
+	e := testPlugin(t, testCards(2, nil), 1)
+	exact := newPod("forged-exact", ctr{name: "main", count: 1}).boundByOther()
+	exact.pod.Spec.SchedulerName = testExactScheduler
+	e.UpsertPod(exact.obj(t))
+	_, err = allocateOne(e, []string{uuidOf(0)})
+	wantRefusal(t, err, ReasonUnusable, "default/forged-exact", `names Cardinal's scheduler "cardinal-scheduler-exact" but carries no cardinal.io/gpu-assignment`)
+
 	q := testPlugin(t, testCards(2, nil), 1)
 	q.UpsertPod(newPod("other", ctr{name: "main", count: 1}).unmanaged().obj(t))
 	if _, err := allocateOne(q, []string{uuidOf(0)}); err != nil {

@@ -30,8 +30,9 @@ type Plugin struct {
 	node     string
 	names    annotations.ResourceNames
 	topology bool
-	// schedulerName is Cardinal's scheduler profile (Config.SchedulerName; "": no such rule).
-	schedulerName string
+	// schedulerNames are Cardinal's scheduler profiles (Config.SchedulerName and
+	// ExactSchedulerName; "" entries are none).
+	schedulerNames []string
 	// deviceList is how Allocate names the cards to the container runtime.
 	deviceList DeviceListConfig
 	// sharing is how shared containers' limits are enforced on this node (sharing.go).
@@ -105,8 +106,9 @@ const keyResource = "resource"
 
 type pluginOptions struct {
 	Node          string
-	Names         annotations.ResourceNames
-	SchedulerName string
+	Names annotations.ResourceNames
+	// SchedulerNames are Cardinal's scheduler profiles; empty names are ignored.
+	SchedulerNames []string
 	Cards         []nvidia.Card
 	// Links are the links between Cards (nvidia.DiscoverLinks: positions in Cards).
 	Links    []annotations.Link
@@ -137,7 +139,7 @@ const DefaultCacheWait = 5 * time.Second
 
 func newPlugin(o pluginOptions) *Plugin {
 	p := &Plugin{
-		node: o.Node, names: o.Names, schedulerName: o.SchedulerName, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), sharing: o.Sharing.withDefaults(),
+		node: o.Node, names: o.Names, schedulerNames: o.SchedulerNames, topology: o.Topology, deviceList: o.DeviceList.withDefaults(), sharing: o.Sharing.withDefaults(),
 		limiter: o.MemoryLimiter, memBackend: o.MemoryBackend, cgroupRoot: o.Sharing.CgroupRoot,
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
@@ -180,7 +182,7 @@ func (p *Plugin) UpsertPod(pod *corev1.Pod) {
 		p.DeletePod(pod)
 		return
 	}
-	e := newPodEntry(pod, p.node, p.names, p.schedulerName)
+	e := newPodEntry(pod, p.node, p.names, p.schedulerNames)
 	p.mu.Lock()
 	if old, ok := p.pods[pod.UID]; ok {
 		e.seq, e.listed = old.seq, old.listed

@@ -81,7 +81,7 @@ func (e *podEntry) key() string { return e.Namespace + "/" + e.Name }
 // other than Cardinal's extender (a Binding the admission guards did not stop: a webhook outage, an
 // exempted user): it is treated as carrying an unusable assignment, so it is never served, and never
 // served as a pod Cardinal did not schedule (whole cards, no limits, no selectors).
-func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, schedulerName string) *podEntry {
+func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, schedulerNames []string) *podEntry {
 	e := &podEntry{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
 		Pending:  pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "",
@@ -117,10 +117,10 @@ func newPodEntry(pod *corev1.Pod, node string, names annotations.ResourceNames, 
 			}
 		}
 	}
-	if !e.HasAssignment && schedulerName != "" && pod.Spec.SchedulerName == schedulerName {
+	if !e.HasAssignment && pod.Spec.SchedulerName != "" && slices.Contains(schedulerNames, pod.Spec.SchedulerName) {
 		e.HasAssignment = true
 		e.AssignmentErr = fmt.Errorf("the pod names Cardinal's scheduler %q but carries no %s: it was bound by someone other than Cardinal's extender",
-			schedulerName, annotations.GPUAssignment)
+			pod.Spec.SchedulerName, annotations.GPUAssignment)
 	}
 	if v, ok := pod.Annotations[annotations.GPUAllocated]; ok {
 		rec, err := annotations.DecodeAllocation(v)

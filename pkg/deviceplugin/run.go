@@ -73,6 +73,9 @@ type Config struct {
 	// SchedulerName is the kube-scheduler profile that runs Cardinal's extender: a pod naming it
 	// that carries no assignment was bound by someone else and is never served.
 	SchedulerName string
+	// ExactSchedulerName is Cardinal's second profile, which scores every node (the same rule
+	// holds for its pods); empty: none.
+	ExactSchedulerName string
 	// DeviceList is how Allocate names a container's cards to the container runtime (devicelist.go).
 	DeviceList DeviceListConfig
 	// Sharing is how shared containers' limits are enforced on the node (sharing.go).
@@ -273,7 +276,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("pod-resources client: %w", err)
 	}
 	defer prConn.Close()
-	p := newPlugin(pluginOptions{PodResources: podresourcesapi.NewPodResourcesListerClient(prConn), Node: cfg.NodeName, Names: cfg.Names, SchedulerName: cfg.SchedulerName, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
+	p := newPlugin(pluginOptions{PodResources: podresourcesapi.NewPodResourcesListerClient(prConn), Node: cfg.NodeName, Names: cfg.Names, SchedulerNames: []string{cfg.SchedulerName, cfg.ExactSchedulerName}, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
 		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, MemoryLimiter: limiter, MemoryBackend: backend, Log: log.WithName("plugin"), Metrics: m,
 		KubeletRecord: func() (kubeletrecord.Record, error) {
 			return kubeletrecord.Read(filepath.Join(cfg.DevicePluginDir, kubeletrecord.CheckpointFile))

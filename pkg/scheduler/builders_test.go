@@ -134,6 +134,8 @@ type harnessOptions struct {
 	// shortlist and services are ServerOptions.FilterShortlist and Services.
 	shortlist int
 	services  ServiceSelects
+	// exactProfile is the cache's exact profile (NewCache's exact; empty: one profile).
+	exactProfile string
 }
 
 func newHarness(t testing.TB, o harnessOptions, objs ...runtime.Object) *harness {
@@ -149,7 +151,7 @@ func newHarness(t testing.TB, o harnessOptions, objs ...runtime.Object) *harness
 		t.Fatal(err)
 	}
 	client := fake.NewClientset(objs...)
-	cache := NewCache(annotations.DefaultResourceNames(), "cardinal-scheduler")
+	cache := NewCache(annotations.DefaultResourceNames(), "cardinal-scheduler", o.exactProfile)
 	if o.clock != nil {
 		cache.WithClock(o.clock)
 	}

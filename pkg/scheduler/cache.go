@@ -107,6 +107,9 @@ type nodeEntry struct {
 	name string
 	// labels are the Node's labels, for a pod's preferred node affinity (PreferredAffinity).
 	labels map[string]string
+	// hard are the node's NoSchedule and NoExecute taints, spec.unschedulable as its taint
+	// (hardTaintsOf): what kube-scheduler's own filters refuse a pod for, read when a sample misses.
+	hard []corev1.Taint
 	// state is nil when the node has no usable inventory; reason then says why.
 	state  *core.NodeState
 	reason *core.Reason
@@ -144,8 +147,11 @@ type nodeEntry struct {
 // Cache is the extender's view of the cluster: every GPU node's cards and what pods hold on them,
 // fed by informers (or directly in tests). All methods are safe for concurrent use.
 type Cache struct {
-	names         annotations.ResourceNames
-	schedulerName string
+	names annotations.ResourceNames
+	// schedulerNames are Cardinal's kube-scheduler profiles: the first samples nodes when
+	// exactProfile is set, exactProfile scores them all (see sampling.go).
+	schedulerNames []string
+	exactProfile   string
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
@@ -182,9 +188,17 @@ type Cache struct {
 	memberOf map[types.UID]string
 }
 
-// NewCache returns an empty cache.
-func NewCache(names annotations.ResourceNames, schedulerName string) *Cache {
-	return &Cache{names: names, schedulerName: schedulerName, nodes: map[string]*nodeEntry{},
+// NewCache returns an empty cache for the pods of kube-scheduler profile schedulerName and, when
+// exact names one (at most one is read), of Cardinal's profile that scores every node; schedulerName
+// then samples nodes (sampling.go).
+func NewCache(names annotations.ResourceNames, schedulerName string, exact ...string) *Cache {
+	profiles := []string{schedulerName}
+	var exactProfile string
+	if len(exact) > 0 && exact[0] != "" && exact[0] != schedulerName {
+		exactProfile = exact[0]
+		profiles = append(profiles, exactProfile)
+	}
+	return &Cache{names: names, schedulerNames: profiles, exactProfile: exactProfile, nodes: map[string]*nodeEntry{},
 		pods: map[types.UID]*podRecord{}, mixed: map[types.UID]struct{}{}, hosts: map[types.UID]hostRecord{}, seed: maphash.MakeSeed(), models: map[string]uint64{},
 		links: map[string]uint64{},
 		clock: clock.RealClock{}, done: make(chan struct{}), mix: core.TaskMix{HalfLife: MixHalfLife},
@@ -231,6 +245,7 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.labels = node.Labels
+	n.hard = hardTaintsOf(node)
 	c.setSoft(n, soft)
 	n.cpu.listed = listed
 	defer c.refreshCPUs(n)
@@ -500,7 +515,7 @@ func (c *Cache) unapply(n *nodeEntry, p *podRecord) {
 
 // countMix adds a GPU pod of this scheduler to the task mix, with its CPU and memory, once per pod.
 func (c *Cache) countMix(pod *corev1.Pod) {
-	if pod.Spec.SchedulerName != c.schedulerName {
+	if !c.ours(pod.Spec.SchedulerName) {
 		return
 	}
 	if _, seen := c.mixed[pod.UID]; seen {

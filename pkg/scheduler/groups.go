@@ -60,7 +60,7 @@ type podGroup struct {
 // groupKeyOf returns the key (namespace/name) of the group a pod of this scheduler names, or ""
 // for a pod that names none or names one it cannot read.
 func (c *Cache) groupKeyOf(pod *corev1.Pod) string {
-	if pod.Spec.SchedulerName != c.schedulerName {
+	if !c.ours(pod.Spec.SchedulerName) {
 		return ""
 	}
 	g, ok, err := annotations.DecodePodGroup(pod.Labels, pod.Annotations)
@@ -187,7 +187,7 @@ func (c *Cache) PlanGroup(pod *corev1.Pod, g annotations.PodGroup, p *core.Pod, 
 		return GroupAnswer{Node: rec.node} // planned before, or bound: kube-scheduler's own check refuses the rest
 	}
 	key := pod.Namespace + "/" + g.Name
-	if pod.Spec.SchedulerName == c.schedulerName {
+	if c.ours(pod.Spec.SchedulerName) {
 		c.trackGroup(pod, key) // the informer may not have shown the pod yet
 	}
 	grp := c.group(key)

@@ -115,7 +115,7 @@ func (c *Cache) trackPreemption(pod *corev1.Pod) {
 		}
 	}
 	node := ""
-	if pod.Spec.NodeName == "" && !finished(pod) && pod.DeletionTimestamp == nil && pod.Spec.SchedulerName == c.schedulerName {
+	if pod.Spec.NodeName == "" && !finished(pod) && pod.DeletionTimestamp == nil && c.ours(pod.Spec.SchedulerName) {
 		node = pod.Status.NominatedNodeName
 	}
 	c.setNominee(pod, node)

@@ -48,6 +48,9 @@ type Config struct {
 	Client kubernetes.Interface
 	// SchedulerName is the kube-scheduler profile whose pods feed the task mix.
 	SchedulerName string
+	// ExactSchedulerName is Cardinal's second profile, which scores every node; with it,
+	// SchedulerName's profile may sample nodes (sampling.go). Empty: one profile.
+	ExactSchedulerName string
 	// NodePolicy and GPUPolicy are the default policies for pods that name none.
 	NodePolicy annotations.Policy
 	GPUPolicy  annotations.Policy
@@ -93,6 +96,9 @@ func (c *Config) validate() error {
 	}
 	if c.SchedulerName == "" {
 		errs = append(errs, errors.New("scheduler name is empty"))
+	}
+	if c.ExactSchedulerName != "" && c.ExactSchedulerName == c.SchedulerName {
+		errs = append(errs, fmt.Errorf("--exact-scheduler-name: %q is --scheduler-name too; name another profile, or leave it empty", c.ExactSchedulerName))
 	}
 	if err := c.Resources.Validate(); err != nil {
 		errs = append(errs, err)
@@ -156,7 +162,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	cache := NewCache(cfg.Resources, cfg.SchedulerName)
+	cache := NewCache(cfg.Resources, cfg.SchedulerName, cfg.ExactSchedulerName)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeInf := factory.Core().V1().Nodes().Informer()
 	podInf := factory.Core().V1().Pods().Informer()

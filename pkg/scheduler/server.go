@@ -67,6 +67,8 @@ type Server struct {
 	memo   memo
 	// refused is guarded by memoMu (preempt.go).
 	refused refused
+	// misses counts each pod's sample misses (sampling.go).
+	misses missCounts
 }
 
 // memo keeps the verdicts of the last filter call so that prioritize, which kube-scheduler sends
@@ -330,6 +332,18 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 			if cordoned := cordonRefused(names, verdicts); len(cordoned) > 0 && s.recheckCordons(ctx, cordoned) {
 				verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
 			}
+		}
+		if !anyFits(verdicts) {
+			if miss := s.missedSample(args.Pod, p, names); miss != nil {
+				s.metrics.requests.WithLabelValues("filter", "sample_miss").Inc()
+				first := ""
+				if len(names) > 0 && verdicts[0].Reason != nil {
+					first = names[0] + ": " + verdicts[0].Reason.String()
+				}
+				return &extenderv1.ExtenderFilterResult{Error: miss.message(args.Pod, len(names), first)}
+			}
+		} else {
+			s.misses.forget(args.Pod.UID)
 		}
 	}
 	s.cache.pending.note(args.Pod.UID, verdicts, s.cache.clock.Now())
@@ -749,6 +763,9 @@ type metrics struct {
 	shortlists *prometheus.CounterVec
 	// draMapped counts the DeviceClasses that map a resource Cardinal serves to DRA (dra.go).
 	draMapped prometheus.Gauge
+	// sampleMisses counts filters whose sample held no fitting node while nodes outside it fit
+	// (sampling.go), by outcome.
+	sampleMisses *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -760,7 +777,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"verb"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cardinal_extender_requests_total",
-			Help: "Extender calls by verb and outcome (ok, passthrough for pods without GPUs, error, bad_request).",
+			Help: "Extender calls by verb and outcome (ok, passthrough for pods without GPUs, error, bad_request, sample_miss: see cardinal_extender_sample_misses_total).",
 		}, []string{"verb", "outcome"}),
 		nodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cardinal_extender_filter_nodes_total",
@@ -791,6 +808,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "cardinal_extender_dra_mapped_resources",
 		Help: "DeviceClasses whose extendedResourceName is a resource Cardinal serves (the extender's log names them): kube-scheduler may serve that resource through DRA on nodes without Cardinal's device plugin, which Cardinal never places on.",
 	})
-	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.groupsExpired, m.shortlists, m.panics, m.draMapped)
+	m.sampleMisses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cardinal_extender_sample_misses_total",
+		Help: "Filters of a pod of the sampling profile where no node kube-scheduler sampled fits and nodes outside the sample do, by outcome: retried (answered an error, so kube-scheduler tries another sample after its backoff) or refused (the pod's misses ran out; answered the refusals).",
+	}, []string{"outcome"})
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.groupsExpired, m.shortlists, m.panics, m.draMapped, m.sampleMisses)
 	return m
 }

@@ -73,9 +73,9 @@ func (r *Rules) ValidateBinding(binding *corev1.Binding, pod *corev1.Pod, userna
 	}
 	// A pod that asks for no GPU gets no card whoever binds it: a CPU-only pod routed through
 	// Cardinal (cpupods.go) is bound by kube-scheduler's own binder.
-	if pod != nil && pod.Spec.SchedulerName == r.SchedulerName && r.IsGPUPod(pod) {
+	if pod != nil && r.IsCardinalProfile(pod.Spec.SchedulerName) && r.IsGPUPod(pod) {
 		ds.add(ReasonForeignBinding, fmt.Errorf("pod %s/%s names scheduler %q: only Cardinal binds it, after choosing its cards and writing %s; %q may not bind it",
-			pod.Namespace, pod.Name, r.SchedulerName, annotations.GPUAssignment, username))
+			pod.Namespace, pod.Name, pod.Spec.SchedulerName, annotations.GPUAssignment, username))
 	}
 	return ds.err()
 }

@@ -82,6 +82,11 @@ func flatten(err error) []string {
 type Rules struct {
 	// SchedulerName is the kube-scheduler profile that runs Cardinal's extender.
 	SchedulerName string
+	// ExactSchedulerName, when set, is Cardinal's second profile, which scores every node
+	// (percentageOfNodesToScore 100): pods whose feasible nodes kube-scheduler's own filters cannot
+	// tell (NeedsFullScan) are sent to it, the others to SchedulerName, which may sample (see
+	// docs/extender.md, "Two profiles"). Empty: every GPU pod goes to SchedulerName.
+	ExactSchedulerName string
 	// Resources are the managed resource names.
 	Resources annotations.ResourceNames
 	// TrustedUsers may add, change and remove Cardinal's internal annotations on pods (the extender's
@@ -116,6 +121,61 @@ func (r *Rules) placedByCardinal(pod *corev1.Pod) bool {
 	case "", corev1.DefaultSchedulerName, r.SchedulerName:
 		return true
 	}
+	return r.ExactSchedulerName != "" && pod.Spec.SchedulerName == r.ExactSchedulerName
+}
+
+// IsCardinalProfile reports whether name is one of Cardinal's kube-scheduler profiles.
+func (r *Rules) IsCardinalProfile(name string) bool {
+	return name == r.SchedulerName || (r.ExactSchedulerName != "" && name == r.ExactSchedulerName)
+}
+
+// profileFor is the profile a GPU pod Cardinal places is sent to: ExactSchedulerName when there is
+// one and the pod names it (a full scan asked for) or needs a full scan, else SchedulerName.
+func (r *Rules) profileFor(pod *corev1.Pod) string {
+	if r.ExactSchedulerName != "" && (pod.Spec.SchedulerName == r.ExactSchedulerName || NeedsFullScan(pod, r.Resources)) {
+		return r.ExactSchedulerName
+	}
+	return r.SchedulerName
+}
+
+// NeedsFullScan reports whether the nodes that can take the pod may be few among those
+// kube-scheduler's own filters find feasible, so that a sample of those could miss every one:
+//   - card rules (use-gputype, nouse-gputype, use-gpuuuid, nouse-gpuuuid), numa-bind=true or a
+//     gpu-link rule: only some cards, nodes or layouts qualify, which no in-tree filter sees;
+//   - a share of a card (gpumem, gpumem-percentage, gpucores): kube-scheduler counts free device
+//     IDs, not the memory or compute left on each card;
+//   - MIG instances: a profile's parent model and placement are Cardinal's;
+//   - a pod group (Kueue's pod-group label): its plan places every member on the nodes
+//     kube-scheduler found feasible for one of them.
+//
+// Any other GPU pod asks only for whole cards of any model, which kube-scheduler's NodeResourcesFit
+// counts on each node as the device plugin advertises them.
+func NeedsFullScan(pod *corev1.Pod, names annotations.ResourceNames) bool {
+	a := pod.Annotations
+	for _, k := range []string{annotations.UseGPUType, annotations.NoUseGPUType, annotations.UseGPUUUID, annotations.NoUseGPUUUID, annotations.GPULink} {
+		if strings.TrimSpace(a[k]) != "" {
+			return true
+		}
+	}
+	if strings.EqualFold(strings.TrimSpace(a[annotations.NUMABind]), "true") {
+		return true
+	}
+	if _, ok := pod.Labels[annotations.PodGroupName]; ok {
+		return true
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			for _, l := range []corev1.ResourceList{cs[i].Resources.Limits, cs[i].Resources.Requests} {
+				for name := range l {
+					switch {
+					case name == names.Mem, name == names.MemPercentage, name == names.Cores,
+						name == annotations.ResourceMIGRoute, names.IsMIGResource(name):
+						return true
+					}
+				}
+			}
+		}
+	}
 	return false
 }
 
@@ -130,8 +190,8 @@ func (r *Rules) Default(pod *corev1.Pod) (changed bool, warnings []string) {
 	if !r.IsGPUPod(pod) || !r.placedByCardinal(pod) {
 		return false, nil
 	}
-	if pod.Spec.SchedulerName != r.SchedulerName {
-		pod.Spec.SchedulerName = r.SchedulerName
+	if want := r.profileFor(pod); pod.Spec.SchedulerName != want {
+		pod.Spec.SchedulerName = want
 		changed = true
 	}
 	if addTolerations(pod, r.GPUTolerations) {

@@ -44,6 +44,9 @@ type Config struct {
 	MetricsListen string
 	// SchedulerName is the kube-scheduler profile that runs Cardinal's extender.
 	SchedulerName string
+	// ExactSchedulerName is Cardinal's profile that scores every node (Rules.ExactSchedulerName);
+	// empty: none.
+	ExactSchedulerName string
 	// TrustedServiceAccounts may change Cardinal's internal pod annotations, as
 	// `system:serviceaccount:<namespace>:<name>`.
 	TrustedServiceAccounts []string
@@ -74,6 +77,8 @@ func (c *Config) validate() error {
 		return errors.New("--cert-dir is empty")
 	case c.SchedulerName == "":
 		return errors.New("--scheduler-name is empty")
+	case c.ExactSchedulerName == c.SchedulerName:
+		return fmt.Errorf("--exact-scheduler-name: %q is --scheduler-name too; name another profile, or leave it empty", c.ExactSchedulerName)
 	case c.Client == nil:
 		return errors.New("no Kubernetes client")
 	}
@@ -156,7 +161,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 
-	rules := &Rules{SchedulerName: cfg.SchedulerName, Resources: cfg.Resources, TrustedUsers: cfg.TrustedServiceAccounts,
+	rules := &Rules{SchedulerName: cfg.SchedulerName, ExactSchedulerName: cfg.ExactSchedulerName, Resources: cfg.Resources, TrustedUsers: cfg.TrustedServiceAccounts,
 		DeviceEnvNamespaces: cfg.DeviceEnvNamespaces, GPUTolerations: cfg.GPUPodTolerations}
 	host, port, _ := splitHostPort(cfg.Listen)
 	opts := crwebhook.Options{Host: host, Port: port, CertDir: cfg.CertDir}
@@ -214,7 +219,7 @@ func Run(ctx context.Context, cfg Config) error {
 		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{}))
 		g.Go(func() error { return serve(ctx, "metrics", cfg.MetricsListen, mux) })
 	}
-	log.Info("Webhook starting", "listen", cfg.Listen, "paths", []string{Path, WorkloadsPath, BindingsPath, CPUPodsPath}, "schedulerName", cfg.SchedulerName,
+	log.Info("Webhook starting", "listen", cfg.Listen, "paths", []string{Path, WorkloadsPath, BindingsPath, CPUPodsPath}, "schedulerName", cfg.SchedulerName, "exactSchedulerName", cfg.ExactSchedulerName,
 		"trustedServiceAccounts", cfg.TrustedServiceAccounts, "deviceEnvNamespaces", cfg.DeviceEnvNamespaces)
 	return g.Wait()
 }

@@ -42,11 +42,11 @@ const (
 // agreedFlags are the flags each binary takes (the interface agreed between the components); the
 // chart must pass nothing else.
 var agreedFlags = map[string][]string{
-	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl",
+	"extender": {"listen", "probe-listen", "kubeconfig", "scheduler-name", "exact-scheduler-name", "node-policy", "gpu-policy", "bind-wait", "reservation-ttl",
 		"require-enforced-sharing", "filter-shortlist"},
-	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "trusted-service-accounts", "device-env-namespaces", "gpu-pod-tolerations",
+	"webhook": {"listen", "cert-dir", "health-listen", "metrics-listen", "kubeconfig", "scheduler-name", "exact-scheduler-name", "trusted-service-accounts", "device-env-namespaces", "gpu-pod-tolerations",
 		"cert-secret", "cert-namespace", "webhook-configuration", "cert-hosts", "cert-lifetime", "ca-lifetime", "cert-check-interval"},
-	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "scheduler-name", "shares", "topology", "listen",
+	"device-plugin": {"node-name", "kubeconfig", "device-plugin-dir", "pod-resources-socket", "simulate", "scheduler-name", "exact-scheduler-name", "shares", "topology", "listen",
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",
 		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix",
 		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "mps-tenant-dir", "mps-compute-mode", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir",
@@ -114,10 +114,17 @@ func TestSchedulerConfigurationDefault(t *testing.T) {
 			LeaderElect:  ptr.To(false), // one replica
 			ResourceLock: "leases", ResourceName: "cardinal-scheduler", ResourceNamespace: namespace,
 		},
+		// Two profiles (issue 39): the first samples nodes as kube-scheduler's adaptive default does
+		// (0), the exact one scores every node; the same plugins in each.
 		Profiles: []configv1.KubeSchedulerProfile{{
 			SchedulerName:            ptr.To("cardinal-scheduler"),
-			PercentageOfNodesToScore: ptr.To[int32](100),
+			PercentageOfNodesToScore: ptr.To[int32](0),
 			// The policy weighs CPU and memory; kube-scheduler's own scores would overrule its ranks.
+			Plugins: &configv1.Plugins{Score: configv1.PluginSet{Disabled: []configv1.Plugin{
+				{Name: "NodeResourcesFit"}, {Name: "NodeResourcesBalancedAllocation"}}}},
+		}, {
+			SchedulerName:            ptr.To("cardinal-scheduler-exact"),
+			PercentageOfNodesToScore: ptr.To[int32](100),
 			Plugins: &configv1.Plugins{Score: configv1.PluginSet{Disabled: []configv1.Plugin{
 				{Name: "NodeResourcesFit"}, {Name: "NodeResourcesBalancedAllocation"}}}},
 		}},
@@ -136,11 +143,13 @@ func TestSchedulerConfigurationDefault(t *testing.T) {
 func TestSchedulerConfigurationFollowsValues(t *testing.T) {
 	names := annotations.ResourceNames{GPU: "example.com/card", Mem: "example.com/card-mem", MemPercentage: "example.com/card-mem-pct", Cores: "example.com/card-cores"}
 	r := render(t, map[string]any{
-		"schedulerName": "gpu-scheduler",
-		"resourceNames": map[string]any{"gpu": names.GPU, "gpumem": names.Mem, "gpumemPercentage": names.MemPercentage, "gpucores": names.Cores},
+		"schedulerName":      "gpu-scheduler",
+		"exactSchedulerName": "gpu-scheduler-all-nodes",
+		"resourceNames":      map[string]any{"gpu": names.GPU, "gpumem": names.Mem, "gpumemPercentage": names.MemPercentage, "gpucores": names.Cores},
 		"scheduler": map[string]any{
-			"replicas":             3,
-			"inTreeResourceScores": true,
+			"replicas":                 3,
+			"inTreeResourceScores":     true,
+			"percentageOfNodesToScore": 30,
 			"leaderElection":       map[string]any{"resourceName": "gpu-lease"},
 			"extender":             map[string]any{"urlPrefix": "http://127.0.0.1:39999", "weight": 5, "httpTimeout": "750ms", "nodePolicy": "spread", "gpuPolicy": "frag-aware"},
 		},
@@ -152,7 +161,8 @@ func TestSchedulerConfigurationFollowsValues(t *testing.T) {
 			LeaderElect:  ptr.To(true), // 3 replicas > 1
 			ResourceLock: "leases", ResourceName: "gpu-lease", ResourceNamespace: namespace,
 		},
-		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To("gpu-scheduler"), PercentageOfNodesToScore: ptr.To[int32](100)}},
+		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To("gpu-scheduler"), PercentageOfNodesToScore: ptr.To[int32](30)},
+			{SchedulerName: ptr.To("gpu-scheduler-all-nodes"), PercentageOfNodesToScore: ptr.To[int32](100)}},
 		Extenders: []configv1.Extender{{
 			URLPrefix: "http://127.0.0.1:39999", FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind", PreemptVerb: "preempt",
 			Weight: 5, HTTPTimeout: metav1.Duration{Duration: 750 * time.Millisecond},
@@ -167,7 +177,7 @@ func TestSchedulerConfigurationFollowsValues(t *testing.T) {
 		t.Errorf("scheduler replicas = %d, strategy %q; want 3, RollingUpdate (leader election is on)", *d.Spec.Replicas, d.Spec.Strategy.Type)
 	}
 	ext := flagsOf(t, container(t, d.Spec.Template.Spec, "extender").Args)
-	wantExt := map[string]string{"scheduler-name": "gpu-scheduler", "node-policy": "spread", "gpu-policy": "frag-aware",
+	wantExt := map[string]string{"scheduler-name": "gpu-scheduler", "exact-scheduler-name": "gpu-scheduler-all-nodes", "node-policy": "spread", "gpu-policy": "frag-aware",
 		"resource-gpu": "example.com/card", "resource-gpumem": "example.com/card-mem",
 		"resource-gpumem-percentage": "example.com/card-mem-pct", "resource-gpucores": "example.com/card-cores"}
 	for k, v := range wantExt {
@@ -498,7 +508,7 @@ func TestWebhookDeployment(t *testing.T) {
 	}
 	flags := flagsOf(t, c.Args)
 	want := map[string]string{"listen": ":9443", "health-listen": ":8081", "metrics-listen": ":8080",
-		"scheduler-name": "cardinal-scheduler", "trusted-service-accounts": schedulerSA + "," + devicePluginSA,
+		"scheduler-name": "cardinal-scheduler", "exact-scheduler-name": "cardinal-scheduler-exact", "trusted-service-accounts": schedulerSA + "," + devicePluginSA,
 		"device-env-namespaces": "gpu-operator"}
 	for k, v := range want {
 		if flags[k] != v {
@@ -534,7 +544,7 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 		c := container(t, spec, "device-plugin")
 		flags := flagsOf(t, c.Args)
 		want := map[string]string{"node-name": "$(NODE_NAME)", "device-plugin-dir": "/var/lib/kubelet/device-plugins",
-			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "scheduler-name": "cardinal-scheduler", "shares": "1", "topology": "true", "listen": ":9400",
+			"pod-resources-socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "scheduler-name": "cardinal-scheduler", "exact-scheduler-name": "cardinal-scheduler-exact", "shares": "1", "topology": "true", "listen": ":9400",
 			"health-ignored-xids": "13,31,43,45,68,109", "health-reset-xids": "48,63,64,74,79,94,95,119,120",
 			"device-list-strategy": "envvar", "sharing-mode": "none", "kernel-memory-limits": "true", "cgroup-root": "/host/cgroup"}
 		if diff := cmp.Diff(want, flags, cmpopts.IgnoreMapEntries(func(k, _ string) bool { return slices.Contains(commonFlags, k) })); diff != "" {

@@ -1,0 +1,206 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
+)
+
+// Two profiles (issue 39; docs/extender.md, "Two profiles"). kube-scheduler filters a sample of the
+// nodes its own filters find feasible (percentageOfNodesToScore) before it asks the extender, which is
+// most of what keeps it fast on a large cluster, and unsafe when the nodes that can take a pod are few
+// among those. The webhook therefore sends a GPU pod with card rules, shares, MIG instances or a pod
+// group to the exact profile, which scores every node, and any other GPU pod — whole cards of any
+// model, which kube-scheduler's NodeResourcesFit counts as the device plugin advertises them — to the
+// sampling one. For those, what kube-scheduler cannot see is the cards' state: free cards on one NUMA
+// node for the TopologyManager, cordoned cards, share slots held on a card, containers in flight. So
+// when no node of a sample fits a pod and nodes outside it do, the extender answers an error instead
+// of a refusal: kube-scheduler retries an error after its backoff (1 s, doubling to 10 s), and
+// starts each attempt where the last one stopped (nextStartNodeIndex), so a few attempts cover every
+// node. A refusal would park the pod until the cluster changes, which in a quiet cluster is
+// kube-scheduler's five-minute flush.
+
+// minSample is kube-scheduler's minFeasibleNodesToFind: below it every node is filtered, so a list of
+// fewer nodes is never a sample.
+const minSample = 100
+
+// maxSampleMisses caps the misses answered with an error per pod, beyond the attempts that cover
+// every node once (missBudget): the outside nodes that fit may be refused by a filter of
+// kube-scheduler's that the extender does not model (pod affinity, volumes, ports), and such a pod must
+// end as an ordinary refusal, which lets preemption run.
+const maxSampleMisses = 2
+
+// missTTL forgets a pod's misses once it has not missed for this long.
+const missTTL = 10 * time.Minute
+
+// ours reports whether name is one of Cardinal's profiles.
+func (c *Cache) ours(name string) bool {
+	for _, n := range c.schedulerNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// samples reports whether pod's profile is the one that samples nodes: there is an exact profile
+// and the pod does not name it.
+func (c *Cache) samples(pod *corev1.Pod) bool {
+	return c.exactProfile != "" && pod.Spec.SchedulerName == c.schedulerNames[0]
+}
+
+// hardTaintsOf returns the node's NoSchedule and NoExecute taints, with spec.unschedulable as the
+// taint kube-scheduler's NodeUnschedulable filter reads it as.
+func hardTaintsOf(node *corev1.Node) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			out = append(out, t)
+		}
+	}
+	if node.Spec.Unschedulable {
+		out = append(out, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+	}
+	return out
+}
+
+// outsideCandidates lists the nodes with cards that are not in given and that kube-scheduler's own
+// filters would not refuse the pod for by its required node affinity, node selector or untolerated
+// NoSchedule/NoExecute taints (the filters the extender can replay), and the number of nodes known.
+func (c *Cache) outsideCandidates(pod *corev1.Pod, given []string) (out []string, known int) {
+	in := make(map[string]struct{}, len(given))
+	for _, n := range given {
+		in[n] = struct{}{}
+	}
+	req := nodeaffinity.GetRequiredNodeAffinity(pod)
+	logger := klog.Background()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name, n := range c.nodes {
+		if n.state == nil {
+			continue
+		}
+		known++
+		if _, ok := in[name]; ok {
+			continue
+		}
+		if ok, err := req.Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: n.labels}}); err != nil || !ok {
+			continue
+		}
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logger, n.hard, pod.Spec.Tolerations, nil, false); untolerated {
+			continue
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out, known
+}
+
+// sampleMiss is what a filter learned when no node of a sample fits the pod.
+type sampleMiss struct {
+	// fits are the nodes outside the sample that fit (at most a few named), of total.
+	fits  []string
+	total int
+	// attempt is this miss's number for the pod, of budget.
+	attempt, budget int
+}
+
+// missedSample reports, for a pod of the sampling profile that no node of names fits, whether nodes
+// outside names fit it and the pod has misses left: the filter then answers an error so that
+// kube-scheduler tries another sample soon. nil: answer the refusals as usual.
+func (s *Server) missedSample(pod *corev1.Pod, p *core.Pod, names []string) *sampleMiss {
+	if len(names) < minSample || !s.cache.samples(pod) || p.Request.Empty() {
+		return nil
+	}
+	outside, known := s.cache.outsideCandidates(pod, names)
+	if len(outside) == 0 || len(names) >= known {
+		return nil
+	}
+	verdicts := s.cache.Evaluate(pod.UID, p, outside, make([]Verdict, 0, len(outside)))
+	var fits []string
+	for i, v := range verdicts {
+		if v.Reason == nil {
+			fits = append(fits, outside[i])
+		}
+	}
+	if len(fits) == 0 {
+		return nil
+	}
+	// Attempts that start where the last stopped cover every node in ceil(known/len(names)).
+	budget := (known+len(names)-1)/len(names) + maxSampleMisses
+	attempt := s.misses.next(pod.UID, s.cache.clock.Now())
+	if attempt > budget {
+		s.metrics.sampleMisses.WithLabelValues("refused").Inc()
+		return nil
+	}
+	s.metrics.sampleMisses.WithLabelValues("retried").Inc()
+	return &sampleMiss{fits: fits, total: len(fits), attempt: attempt, budget: budget}
+}
+
+// message is the filter's error for the miss, which kube-scheduler shows in the pod's
+// FailedScheduling event.
+func (m *sampleMiss) message(pod *corev1.Pod, sampled int, first string) string {
+	names := m.fits
+	if len(names) > 3 {
+		names = names[:3]
+	}
+	more := ""
+	if m.total > len(names) {
+		more = fmt.Sprintf(" and %d more", m.total-len(names))
+	}
+	return fmt.Sprintf("pod %s/%s: none of the %d nodes kube-scheduler sampled fits (%s); %s%s outside the sample fit: trying another sample (miss %d of at most %d)",
+		pod.Namespace, pod.Name, sampled, first, strings.Join(names, ", "), more, m.attempt, m.budget)
+}
+
+// missCounts counts each pod's consecutive sample misses.
+type missCounts struct {
+	mu sync.Mutex
+	m  map[types.UID]missCount
+}
+
+type missCount struct {
+	n    int
+	last time.Time
+}
+
+// next counts a miss of uid at now and returns its number.
+func (m *missCounts) next(uid types.UID, now time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[types.UID]missCount{}
+	}
+	if len(m.m) > 1024 {
+		for k, v := range m.m {
+			if now.Sub(v.last) > missTTL {
+				delete(m.m, k)
+			}
+		}
+	}
+	c := m.m[uid]
+	if now.Sub(c.last) > missTTL {
+		c.n = 0
+	}
+	c.n++
+	c.last = now
+	m.m[uid] = c
+	return c.n
+}
+
+// forget drops uid's misses (a filter found a node for it).
+func (m *missCounts) forget(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, uid)
+}

@@ -1,0 +1,113 @@
+package scheduler
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// sampleCluster is 150 nodes of one A40 each, n000…n149; the cards of n000…n139 are unhealthy, so
+// only the last ten fit a whole-card pod. taint, when set, is put on those ten.
+func sampleCluster(taint *corev1.Taint) []runtime.Object {
+	var objs []runtime.Object
+	for i := range 150 {
+		spec := nodeSpec{name: fmt.Sprintf("n%03d", i), model: a40, memMiB: 46068, count: 1}
+		if i < 140 {
+			spec.sick = []int{0}
+		}
+		node := gpuNode(spec)
+		node.Labels = map[string]string{"pool": "a"}
+		if i >= 140 && taint != nil {
+			node.Spec.Taints = []corev1.Taint{*taint}
+		}
+		objs = append(objs, node)
+	}
+	return objs
+}
+
+func nodeRange(lo, hi int) *[]string {
+	var out []string
+	for i := lo; i < hi; i++ {
+		out = append(out, fmt.Sprintf("n%03d", i))
+	}
+	return &out
+}
+
+// Issue 39: a pod of the sampling profile that no node of kube-scheduler's sample fits, while nodes
+// outside the sample do, gets an error (kube-scheduler retries it after its backoff, from where its
+// last sample stopped) instead of a refusal (which would park it until the cluster changes), for as
+// many misses as cover every node plus two; then the refusal.
+func TestFilterRetriesAMissedSample(t *testing.T) {
+	h := newHarness(t, harnessOptions{exactProfile: "cardinal-scheduler-exact"}, sampleCluster(nil)...)
+	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
+	h.createPods(pod)
+	filter := func(p *corev1.Pod, nodes *[]string) extenderv1.ExtenderFilterResult {
+		return decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: p, NodeNames: nodes}))
+	}
+	// 150 nodes in samples of 100: two attempts cover them, plus two.
+	for miss := 1; miss <= 4; miss++ {
+		res := filter(pod, nodeRange(0, 100))
+		for _, want := range []string{"none of the 100 nodes kube-scheduler sampled fits (n000: ",
+			"n140, n141, n142 and 7 more outside the sample fit", fmt.Sprintf("(miss %d of at most 4)", miss)} {
+			if !strings.Contains(res.Error, want) {
+				t.Fatalf("miss %d: error %q, want it to say %q", miss, res.Error, want)
+			}
+		}
+	}
+	if res := filter(pod, nodeRange(0, 100)); res.Error != "" || len(res.FailedNodes) != 100 {
+		t.Fatalf("after its misses: error %q, %d failed; want the 100 refusals", res.Error, len(res.FailedNodes))
+	}
+	// A sample that holds a fitting node answers it, and the pod's misses start again.
+	if res := filter(pod, nodeRange(50, 150)); res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) == 0 {
+		t.Fatalf("a sample with fitting nodes: error %q, fit %v", res.Error, res.NodeNames)
+	}
+	if res := filter(pod, nodeRange(0, 100)); !strings.Contains(res.Error, "(miss 1 of at most 4)") {
+		t.Fatalf("after a fit: error %q, want the count started again", res.Error)
+	}
+
+	refused := func(name string, p *corev1.Pod, nodes *[]string, hh *harness) {
+		t.Helper()
+		res := decodeInto[extenderv1.ExtenderFilterResult](t, hh.post("/filter", extenderv1.ExtenderArgs{Pod: p, NodeNames: nodes}))
+		if res.Error != "" || len(res.FailedNodes) != len(*nodes) {
+			t.Errorf("%s: error %q, %d failed; want the %d refusals", name, res.Error, len(res.FailedNodes), len(*nodes))
+		}
+	}
+	// Fewer than 100 nodes is never a sample (kube-scheduler filters every node then).
+	fresh := gpuPod("q", nil, ctr{name: "m", gpu: 1})
+	h.createPods(fresh)
+	refused("99 nodes", fresh, nodeRange(0, 99), h)
+	// The exact profile is never sampled.
+	exact := gpuPod("e", nil, ctr{name: "m", gpu: 1})
+	exact.Spec.SchedulerName = "cardinal-scheduler-exact"
+	h.createPods(exact)
+	refused("exact profile", exact, nodeRange(0, 100), h)
+	// Outside nodes the pod's node selector excludes do not count.
+	sel := gpuPod("sel", nil, ctr{name: "m", gpu: 1})
+	sel.Spec.NodeSelector = map[string]string{"pool": "b"}
+	h.createPods(sel)
+	refused("node selector", sel, nodeRange(0, 100), h)
+
+	// With one profile, a pod of it is never sampled (percentageOfNodesToScore 100).
+	one := newHarness(t, harnessOptions{}, sampleCluster(nil)...)
+	solo := gpuPod("p", nil, ctr{name: "m", gpu: 1})
+	one.createPods(solo)
+	refused("one profile", solo, nodeRange(0, 100), one)
+
+	// Outside nodes tainted NoSchedule do not count, unless the pod tolerates the taint.
+	taint := &corev1.Taint{Key: "gpu-maintenance", Effect: corev1.TaintEffectNoSchedule}
+	tainted := newHarness(t, harnessOptions{exactProfile: "cardinal-scheduler-exact"}, sampleCluster(taint)...)
+	plain := gpuPod("p", nil, ctr{name: "m", gpu: 1})
+	tainted.createPods(plain)
+	refused("untolerated taint", plain, nodeRange(0, 100), tainted)
+	tolerant := gpuPod("t", nil, ctr{name: "m", gpu: 1})
+	tolerant.Spec.Tolerations = []corev1.Toleration{{Key: "gpu-maintenance", Operator: corev1.TolerationOpExists}}
+	tainted.createPods(tolerant)
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, tainted.post("/filter", extenderv1.ExtenderArgs{Pod: tolerant, NodeNames: nodeRange(0, 100)}))
+	if !strings.Contains(res.Error, "outside the sample fit") {
+		t.Errorf("tolerated taint: error %q, want a retry", res.Error)
+	}
+}
