@@ -350,7 +350,9 @@ func (c *Cache) bump(n *nodeEntry) {
 // instance's parent appears by its position): two nodes with equal keys get the same verdict and
 // score from Fit and Score for any pod whose selector has no UUID rule (their plans differ only in
 // the UUIDs they name), unless the reason names devices of its node (Reason.NodeSpecific: an
-// unhealthy card, MIG instances). Links between cards are by position, so they are part of the key.
+// unhealthy or cordoned card, MIG instances). Whether each card is healthy and whether it is
+// cordoned are part of the key: a node whose card fits must not lend its verdict to a node whose
+// same card is cordoned. Links between cards are by position, so they are part of the key.
 // Models and links are interned so keys stay short.
 func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s.Cards)))
@@ -369,11 +371,7 @@ func (c *Cache) appendKey(b []byte, s *core.NodeState) []byte {
 		b = binary.AppendVarint(b, int64(card.Cores))
 		b = binary.AppendVarint(b, int64(card.Held))
 		b = binary.AppendVarint(b, int64(card.Whole))
-		if card.Healthy {
-			b = append(b, 1)
-		} else {
-			b = append(b, 0)
-		}
+		b = append(b, boolByte(card.Healthy), boolByte(card.Cordoned != ""))
 		// MIG: a card in MIG mode, or an instance's profile and its parent's position.
 		b = append(b, boolByte(card.InMIGMode()))
 		b = append(binary.AppendUvarint(b, uint64(len(card.ProfileKey))), card.ProfileKey...)

@@ -2,10 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -93,5 +95,33 @@ func TestFilterReadsTheCordonAtTheLastMoment(t *testing.T) {
 	res = decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("n1")}))
 	if len(res.FailedNodes) != 0 || res.NodeNames == nil || !cmp.Equal([]string{"n1"}, *res.NodeNames) {
 		t.Errorf("uncordoned on the API server: failed %v, fit %v; want n1 to fit", res.FailedNodes, res.NodeNames)
+	}
+}
+
+// Nodes whose cards are alike but for a cordon are never decided as one (the key of a node's state
+// holds each card's cordon): found by TestFewFittingNodesOutsideTheSample, where a free node's fit
+// was lent to 130 nodes with the same card cordoned, and kube-scheduler was sent to bind there.
+func TestCordonedNodeDoesNotShareAFreeNodesVerdict(t *testing.T) {
+	mark, err := annotations.EncodeCordon(annotations.Cordon{Reason: "reseat", By: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for i := range 6 {
+		node := gpuNode(nodeSpec{name: fmt.Sprintf("n%d", i), model: a40, memMiB: 10000, count: 1})
+		if i != 2 {
+			node.Annotations[annotations.CordonKey(uuidOf(node.Name, 0))] = mark
+		}
+		objs = append(objs, node)
+	}
+	h := newHarness(t, harnessOptions{}, objs...)
+	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
+	h.createPods(pod)
+	// Each order: the free node first, last and in the middle.
+	for _, order := range [][]string{{"n2", "n0", "n1", "n3", "n4", "n5"}, {"n0", "n1", "n3", "n4", "n5", "n2"}, {"n0", "n2", "n1", "n3", "n4", "n5"}} {
+		res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &order}))
+		if res.NodeNames == nil || !cmp.Equal([]string{"n2"}, *res.NodeNames) || len(res.FailedNodes) != 5 {
+			t.Errorf("order %v: fit %v, failed %v; want only n2 to fit", order, res.NodeNames, res.FailedNodes)
+		}
 	}
 }
