@@ -844,6 +844,13 @@ func (s *Server) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptio
 		log.V(2).Info("preempt: a pod group's member preempts no pod; no node")
 		return res
 	}
+	if s.misses.missed(args.Pod.UID, s.cache.clock.Now()) {
+		// Its filter missed a sample while nodes outside it fit (sampling.go): the next sample
+		// places it without evicting anyone.
+		s.metrics.requests.WithLabelValues("preempt", "ok").Inc()
+		log.V(2).Info("preempt: nodes outside kube-scheduler's sample fit the pod; no node")
+		return res
+	}
 	if why, waiting := s.cache.PreemptionUnderWay(args.Pod.UID, p); waiting {
 		// No node: kube-scheduler keeps the pod's nomination and tries it again when the pods
 		// leaving are gone (preempt_repeat.go).

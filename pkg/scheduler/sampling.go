@@ -35,14 +35,18 @@ import (
 // fewer nodes is never a sample.
 const minSample = 100
 
-// maxSampleMisses caps the misses answered with an error per pod, beyond the attempts that cover
-// every node once (missBudget): the outside nodes that fit may be refused by a filter of
-// kube-scheduler's that the extender does not model (pod affinity, volumes, ports), and such a pod must
-// end as an ordinary refusal, which lets preemption run.
+// maxSampleMisses caps the misses answered as such per pod, beyond the attempts that cover every
+// node once: the outside nodes that fit may be refused by a filter of kube-scheduler's that the
+// extender does not model (pod affinity, volumes, ports), and such a pod must end as an ordinary
+// refusal, which lets preemption run.
 const maxSampleMisses = 2
 
 // missTTL forgets a pod's misses once it has not missed for this long.
 const missTTL = 10 * time.Minute
+
+// missHold is how long after a miss the pod's preemption frees nothing: kube-scheduler calls the
+// preempt verb right after the filter that refused the sample.
+const missHold = 30 * time.Second
 
 // ours reports whether name is one of Cardinal's profiles.
 func (c *Cache) ours(name string) bool {
@@ -117,8 +121,8 @@ type sampleMiss struct {
 }
 
 // missedSample reports, for a pod of the sampling profile that no node of names fits, whether nodes
-// outside names fit it and the pod has misses left: the filter then answers an error so that
-// kube-scheduler tries another sample soon. nil: answer the refusals as usual.
+// outside names fit it and the pod has misses left: the filter then notes the miss in every refusal
+// so that kube-scheduler tries another sample soon. nil: answer the refusals as usual.
 func (s *Server) missedSample(pod *corev1.Pod, p *core.Pod, names []string) *sampleMiss {
 	if len(names) < minSample || !s.cache.samples(pod) || p.Request.Empty() {
 		return nil
@@ -145,12 +149,16 @@ func (s *Server) missedSample(pod *corev1.Pod, p *core.Pod, names []string) *sam
 		return nil
 	}
 	s.metrics.sampleMisses.WithLabelValues("retried").Inc()
+	s.misses.setRetry(pod.UID)
 	return &sampleMiss{fits: fits, total: len(fits), attempt: attempt, budget: budget}
 }
 
-// message is the filter's error for the miss, which kube-scheduler shows in the pod's
-// FailedScheduling event.
-func (m *sampleMiss) message(pod *corev1.Pod, sampled int, first string) string {
+// note is what the filter appends to every refusal of the miss. kube-scheduler writes the refusals
+// into the pod's PodScheduled condition; the miss number makes that message differ from the last
+// attempt's, and kube-scheduler requeues a pod whose own update changes it (at once when its queue
+// is idle, else after the pod's backoff), so the next attempt, which samples where this one
+// stopped, comes without waiting for another cluster event.
+func (m *sampleMiss) note(sampled int) string {
 	names := m.fits
 	if len(names) > 3 {
 		names = names[:3]
@@ -159,8 +167,17 @@ func (m *sampleMiss) message(pod *corev1.Pod, sampled int, first string) string 
 	if m.total > len(names) {
 		more = fmt.Sprintf(" and %d more", m.total-len(names))
 	}
-	return fmt.Sprintf("pod %s/%s: none of the %d nodes kube-scheduler sampled fits (%s); %s%s outside the sample fit: trying another sample (miss %d of at most %d)",
-		pod.Namespace, pod.Name, sampled, first, strings.Join(names, ", "), more, m.attempt, m.budget)
+	return fmt.Sprintf(" (kube-scheduler sampled %d nodes; %s%s outside the sample fit: trying another sample, miss %d of at most %d)",
+		sampled, strings.Join(names, ", "), more, m.attempt, m.budget)
+}
+
+// missed reports whether uid's last filter missed its sample while nodes outside it fit, within
+// missHold: preemption then frees nothing for it (a node needs no eviction to take it).
+func (m *missCounts) missed(uid types.UID, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.m[uid]
+	return ok && c.retry && now.Sub(c.last) < missHold
 }
 
 // missCounts counts each pod's consecutive sample misses.
@@ -172,9 +189,12 @@ type missCounts struct {
 type missCount struct {
 	n    int
 	last time.Time
+	// retry: the last miss was answered as one (within the pod's budget).
+	retry bool
 }
 
-// next counts a miss of uid at now and returns its number.
+// next counts a miss of uid at now and returns its number; retry records whether it is answered
+// as a miss (setRetry).
 func (m *missCounts) next(uid types.UID, now time.Time) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -194,8 +214,19 @@ func (m *missCounts) next(uid types.UID, now time.Time) int {
 	}
 	c.n++
 	c.last = now
+	c.retry = false
 	m.m[uid] = c
 	return c.n
+}
+
+// setRetry marks uid's last miss as answered as one.
+func (m *missCounts) setRetry(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.m[uid]; ok {
+		c.retry = true
+		m.m[uid] = c
+	}
 }
 
 // forget drops uid's misses (a filter found a node for it).

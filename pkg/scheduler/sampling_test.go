@@ -38,42 +38,62 @@ func nodeRange(lo, hi int) *[]string {
 }
 
 // Issue 39: a pod of the sampling profile that no node of kube-scheduler's sample fits, while nodes
-// outside the sample do, gets an error (kube-scheduler retries it after its backoff, from where its
-// last sample stopped) instead of a refusal (which would park it until the cluster changes), for as
-// many misses as cover every node plus two; then the refusal.
-func TestFilterRetriesAMissedSample(t *testing.T) {
+// outside the sample do, gets refusals that note the miss and its number (each attempt's message is
+// then new, and kube-scheduler requeues the pod at once), and its preemption frees nothing, for as
+// many misses as cover every node plus two; then plain refusals.
+func TestFilterNotesAMissedSample(t *testing.T) {
 	h := newHarness(t, harnessOptions{exactProfile: "cardinal-scheduler-exact"}, sampleCluster(nil)...)
 	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
 	h.createPods(pod)
 	filter := func(p *corev1.Pod, nodes *[]string) extenderv1.ExtenderFilterResult {
 		return decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: p, NodeNames: nodes}))
 	}
+	preempt := func(p *corev1.Pod) int {
+		res := decodeInto[extenderv1.ExtenderPreemptionResult](t, h.post("/preempt", extenderv1.ExtenderPreemptionArgs{Pod: p,
+			NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n000": {}}}))
+		return len(res.NodeNameToMetaVictims)
+	}
 	// 150 nodes in samples of 100: two attempts cover them, plus two.
 	for miss := 1; miss <= 4; miss++ {
 		res := filter(pod, nodeRange(0, 100))
-		for _, want := range []string{"none of the 100 nodes kube-scheduler sampled fits (n000: ",
-			"n140, n141, n142 and 7 more outside the sample fit", fmt.Sprintf("(miss %d of at most 4)", miss)} {
-			if !strings.Contains(res.Error, want) {
-				t.Fatalf("miss %d: error %q, want it to say %q", miss, res.Error, want)
-			}
+		want := fmt.Sprintf("GPU GPU-n000-0 is unhealthy (kube-scheduler sampled 100 nodes; n140, n141, n142 and 7 more outside the sample fit: trying another sample, miss %d of at most 4)", miss)
+		if res.Error != "" || len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != 100 {
+			t.Fatalf("miss %d: error %q, %d+%d refused; want 100 refusals", miss, res.Error, len(res.FailedNodes), len(res.FailedAndUnresolvableNodes))
+		}
+		if got := res.FailedNodes["n000"] + res.FailedAndUnresolvableNodes["n000"]; got != want {
+			t.Fatalf("miss %d: n000 refused with %q, want %q", miss, got, want)
+		}
+		if n := preempt(pod); n != 0 {
+			t.Errorf("miss %d: preemption offered %d nodes, want none (nodes outside the sample fit)", miss, n)
 		}
 	}
-	if res := filter(pod, nodeRange(0, 100)); res.Error != "" || len(res.FailedNodes) != 100 {
-		t.Fatalf("after its misses: error %q, %d failed; want the 100 refusals", res.Error, len(res.FailedNodes))
+	res := filter(pod, nodeRange(0, 100))
+	if got := res.FailedNodes["n000"] + res.FailedAndUnresolvableNodes["n000"]; got != "GPU GPU-n000-0 is unhealthy" {
+		t.Fatalf("after its misses: n000 refused with %q, want the plain reason", got)
 	}
 	// A sample that holds a fitting node answers it, and the pod's misses start again.
 	if res := filter(pod, nodeRange(50, 150)); res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) == 0 {
 		t.Fatalf("a sample with fitting nodes: error %q, fit %v", res.Error, res.NodeNames)
 	}
-	if res := filter(pod, nodeRange(0, 100)); !strings.Contains(res.Error, "(miss 1 of at most 4)") {
-		t.Fatalf("after a fit: error %q, want the count started again", res.Error)
+	if res := filter(pod, nodeRange(0, 100)); !strings.Contains(res.FailedNodes["n000"]+res.FailedAndUnresolvableNodes["n000"], "miss 1 of at most 4") {
+		t.Fatalf("after a fit: %v, want the count started again", res.FailedAndUnresolvableNodes["n000"])
 	}
 
 	refused := func(name string, p *corev1.Pod, nodes *[]string, hh *harness) {
 		t.Helper()
 		res := decodeInto[extenderv1.ExtenderFilterResult](t, hh.post("/filter", extenderv1.ExtenderArgs{Pod: p, NodeNames: nodes}))
-		if res.Error != "" || len(res.FailedNodes) != len(*nodes) {
-			t.Errorf("%s: error %q, %d failed; want the %d refusals", name, res.Error, len(res.FailedNodes), len(*nodes))
+		if res.Error != "" || len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != len(*nodes) {
+			t.Errorf("%s: error %q, %d failed; want the %d refusals", name, res.Error, len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes), len(*nodes))
+		}
+		for n, why := range res.FailedAndUnresolvableNodes {
+			if strings.Contains(why, "outside the sample") {
+				t.Errorf("%s: %s refused with %q, want no miss noted", name, n, why)
+			}
+		}
+		for n, why := range res.FailedNodes {
+			if strings.Contains(why, "outside the sample") {
+				t.Errorf("%s: %s refused with %q, want no miss noted", name, n, why)
+			}
 		}
 	}
 	// Fewer than 100 nodes is never a sample (kube-scheduler filters every node then).
@@ -106,8 +126,8 @@ func TestFilterRetriesAMissedSample(t *testing.T) {
 	tolerant := gpuPod("t", nil, ctr{name: "m", gpu: 1})
 	tolerant.Spec.Tolerations = []corev1.Toleration{{Key: "gpu-maintenance", Operator: corev1.TolerationOpExists}}
 	tainted.createPods(tolerant)
-	res := decodeInto[extenderv1.ExtenderFilterResult](t, tainted.post("/filter", extenderv1.ExtenderArgs{Pod: tolerant, NodeNames: nodeRange(0, 100)}))
-	if !strings.Contains(res.Error, "outside the sample fit") {
-		t.Errorf("tolerated taint: error %q, want a retry", res.Error)
+	res = decodeInto[extenderv1.ExtenderFilterResult](t, tainted.post("/filter", extenderv1.ExtenderArgs{Pod: tolerant, NodeNames: nodeRange(0, 100)}))
+	if why := res.FailedNodes["n000"] + res.FailedAndUnresolvableNodes["n000"]; !strings.Contains(why, "outside the sample fit") {
+		t.Errorf("tolerated taint: n000 refused with %q, want the miss noted", why)
 	}
 }

@@ -333,14 +333,12 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 				verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
 			}
 		}
+	}
+	var missNote string
+	if !inGroup {
 		if !anyFits(verdicts) {
 			if miss := s.missedSample(args.Pod, p, names); miss != nil {
-				s.metrics.requests.WithLabelValues("filter", "sample_miss").Inc()
-				first := ""
-				if len(names) > 0 && verdicts[0].Reason != nil {
-					first = names[0] + ": " + verdicts[0].Reason.String()
-				}
-				return &extenderv1.ExtenderFilterResult{Error: miss.message(args.Pod, len(names), first)}
+				missNote = miss.note(len(names))
 			}
 		} else {
 			s.misses.forget(args.Pod.UID)
@@ -359,9 +357,9 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		case v.Reason == nil:
 			pass = append(pass, i)
 		case v.Reason.Unresolvable():
-			res.FailedAndUnresolvableNodes[names[i]] = v.Reason.String()
+			res.FailedAndUnresolvableNodes[names[i]] = v.Reason.String() + missNote
 		default:
-			msg := v.Reason.String()
+			msg := v.Reason.String() + missNote
 			if notes != nil {
 				msg += notes[i]
 			}
@@ -777,7 +775,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"verb"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cardinal_extender_requests_total",
-			Help: "Extender calls by verb and outcome (ok, passthrough for pods without GPUs, error, bad_request, sample_miss: see cardinal_extender_sample_misses_total).",
+			Help: "Extender calls by verb and outcome (ok, passthrough for pods without GPUs, error, bad_request).",
 		}, []string{"verb", "outcome"}),
 		nodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cardinal_extender_filter_nodes_total",
@@ -810,7 +808,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.sampleMisses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cardinal_extender_sample_misses_total",
-		Help: "Filters of a pod of the sampling profile where no node kube-scheduler sampled fits and nodes outside the sample do, by outcome: retried (answered an error, so kube-scheduler tries another sample after its backoff) or refused (the pod's misses ran out; answered the refusals).",
+		Help: "Filters of a pod of the sampling profile where no node kube-scheduler sampled fits and nodes outside the sample do, by outcome: retried (each refusal notes the miss, so kube-scheduler tries another sample at once, and preemption frees nothing for the pod) or refused (the pod's misses ran out; plain refusals).",
 	}, []string{"outcome"})
 	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.groupsExpired, m.shortlists, m.panics, m.draMapped, m.sampleMisses)
 	return m

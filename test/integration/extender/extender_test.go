@@ -113,12 +113,21 @@ type extender struct {
 
 func startExtender(t *testing.T, c *cluster.Cluster, addr string) *extender {
 	t.Helper()
+	return startExtenderWith(t, c, addr, nil)
+}
+
+// startExtenderWith is startExtender with the configuration changed by set (nil: the default).
+func startExtenderWith(t *testing.T, c *cluster.Cluster, addr string, set func(*scheduler.Config)) *extender {
+	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("extender listen: %v", err)
 	}
 	cfg := scheduler.DefaultConfig()
 	cfg.Listener, cfg.RESTConfig, cfg.Log = ln, c.RESTConfig, testr.New(t)
+	if set != nil {
+		set(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &extender{t: t, c: c, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	go func() { e.done <- scheduler.Run(ctx, cfg) }()
