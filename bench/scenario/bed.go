@@ -38,6 +38,9 @@ import (
 const (
 	// CardinalScheduler is the profile the chart gives Cardinal's kube-scheduler.
 	CardinalScheduler = "cardinal-scheduler"
+	// CardinalExactScheduler is the chart's exact profile (exactSchedulerName), which scores every
+	// node; the webhook and the extender are told of it as the chart tells them.
+	CardinalExactScheduler = "cardinal-scheduler-exact"
 	// Namespace holds the scenarios' pods.
 	Namespace = "bench"
 	// cardinalNS is Cardinal's own namespace (never sent to the webhook).
@@ -259,7 +262,7 @@ func (b *bed) startWebhook(t cluster.TB) *prometheus.Registry {
 	}
 	reg := prometheus.NewRegistry()
 	cfg := webhook.Config{
-		Listen: listen, CertDir: dir, HealthListen: health, SchedulerName: CardinalScheduler,
+		Listen: listen, CertDir: dir, HealthListen: health, SchedulerName: CardinalScheduler, ExactSchedulerName: CardinalExactScheduler,
 		TrustedServiceAccounts: []string{extenderUser}, Resources: annotations.DefaultResourceNames(),
 		Client: b.c.Client, Logger: logr.Discard(), Registry: reg,
 	}
@@ -308,6 +311,7 @@ func (b *bed) startExtender(t cluster.TB, wrap func(http.RoundTripper) http.Roun
 	}
 	cfg := scheduler.DefaultConfig()
 	cfg.Listener, cfg.RESTConfig = ln, b.extenderConfig(wrap)
+	cfg.ExactSchedulerName = CardinalExactScheduler
 	if tune != nil {
 		tune(&cfg)
 	}
