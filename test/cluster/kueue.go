@@ -145,14 +145,10 @@ func kueueConfig(o KueueOptions, certDir string, webhookPort, healthPort int) ([
 		}
 	}
 	cfg := map[string]any{
-		"apiVersion": "config.kueue.x-k8s.io/v1beta2",
-		"kind":       "Configuration",
-		"namespace":  KueueNamespace,
-		"health": map[string]any{
-			"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(healthPort),
-			"readinessEndpointName":  "readyz",
-			"livenessEndpointName":   "healthz",
-		},
+		"apiVersion":                 "config.kueue.x-k8s.io/v1beta2",
+		"kind":                       "Configuration",
+		"namespace":                  KueueNamespace,
+		"health":                     map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(healthPort)},
 		"metrics":                    map[string]any{"bindAddress": "0"},
 		"webhook":                    map[string]any{"host": "127.0.0.1", "port": webhookPort, "certDir": certDir},
 		"leaderElection":             map[string]any{"leaderElect": false},
