@@ -114,13 +114,16 @@ build_kueue() {
 	start=$SECONDS
 	echo "testbed: building kueue $KUEUE_VERSION into $out, once (about 4 minutes on 2 cores; cached after)" >&2
 	export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+	(cd "$mod" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" -o "$out/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue)
+	# go list -m names the module's folder only once it is in the module cache (a fresh one has it
+	# only after a download; the build above fetched it too).
+	(cd "$mod" && go mod download sigs.k8s.io/kueue)
 	src=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
-	[ -d "$src/config/components/crd/bases" ] || { echo "testbed: no config/components/crd/bases in $src" >&2; exit 1; }
+	[ -n "$src" ] && [ -d "$src/config/components/crd/bases" ] || { echo "testbed: no config/components/crd/bases in sigs.k8s.io/kueue's folder ($src)" >&2; exit 1; }
 	rm -rf "$out/crds" && mkdir -p "$out/crds"
 	cp "$src"/config/components/crd/bases/*.yaml "$out/crds/"
 	cp "$src/config/components/webhook/manifests.yaml" "$out/webhooks.yaml"
 	chmod -R u+w "$out/crds" "$out/webhooks.yaml" # the module cache is read-only
-	(cd "$mod" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" -o "$out/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue)
 	mv "$out/kueue.tmp" "$out/kueue"
 	echo "testbed: built kueue in $((SECONDS - start)) s" >&2
 	echo "$out"
