@@ -61,13 +61,10 @@ var (
 //     count): Kueue holds it gated while 2 of 3 pods exist, admits it whole, and Cardinal places it whole.
 func TestKueue(t *testing.T) {
 	started := time.Now()
+	products := map[string]string{nodeA: "NVIDIA-A100-SXM4-80GB", "node-b": "NVIDIA-H100-80GB-HBM3", "node-c": "Tesla-T4"}
 	nodes := stack.DemoNodes()
-	for i, model := range map[string]string{"node-a": "NVIDIA-A100-SXM4-80GB", "node-b": "NVIDIA-H100-80GB-HBM3", "node-c": "Tesla-T4"} {
-		for j := range nodes {
-			if nodes[j].Name == i {
-				nodes[j].Kubelet.Labels = map[string]string{gpuProduct: model}
-			}
-		}
+	for i := range nodes {
+		nodes[i].Kubelet.Labels = map[string]string{gpuProduct: products[nodes[i].Name]}
 	}
 	e := startEnv(t, stack.Options{Nodes: nodes})
 	c := e.Cluster
