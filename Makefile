@@ -18,6 +18,8 @@ export CARDINAL_K8S_VERSION CARDINAL_HELM_VERSION
 TESTBED_FLAGS := $(if $(CARDINAL_K8S_VERSION),--k8s $(CARDINAL_K8S_VERSION)) $(if $(CARDINAL_HELM_VERSION),--helm $(CARDINAL_HELM_VERSION))
 # Tests that start real Kubernetes components find the pinned binaries here (see hack/testbed/build.sh).
 export CARDINAL_TESTBED_BIN = $(shell bash hack/testbed/build.sh --print-dir $(TESTBED_FLAGS))
+# The Kueue the end-to-end tests run beside Cardinal (its manager, CRDs and webhook manifests).
+export CARDINAL_KUEUE_DIR = $(shell bash hack/testbed/build.sh --kueue --print-dir)
 TEST_FLAGS    ?=
 FUZZTIME      ?= 30s
 # go-nvml's cgo code includes NVIDIA's nvml.h, which marks the functions it keeps for old drivers
@@ -62,8 +64,9 @@ demo: build testbed-bins ## Run Cardinal on a local 3-node cluster with simulate
 
 ##@ Testing
 .PHONY: testbed-bins
-testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-scheduler, kubelet, kubectl and helm once (cached; CARDINAL_K8S_VERSION, CARDINAL_HELM_VERSION pick them).
+testbed-bins: ## Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, helm and Kueue once (cached; CARDINAL_K8S_VERSION, CARDINAL_HELM_VERSION pick them).
 	bash hack/testbed/build.sh $(TESTBED_FLAGS)
+	bash hack/testbed/build.sh --kueue
 
 .PHONY: prometheus
 prometheus: ## Put Debian's prometheus binary in .cache/prometheus/ for the dashboard test (apt-get download, unpacked, nothing installed; once).

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds the test-bed binaries (etcd, kube-apiserver, kube-scheduler, kubelet, kubectl, helm) of one
-# supported Kubernetes minor and one Helm major from the Go module proxy into .cache/testbed/<key>/,
+# Builds the test-bed binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kubectl, helm) of one supported Kubernetes minor and one Helm major from the Go module proxy into .cache/testbed/<key>/,
 # where <key> names every version. A second run finds them there and builds nothing. Prints the folder
 # on its last line. Concurrent runs (two test packages at once) wait for each other on a lock instead
 # of building twice.
 #
 #   hack/testbed/build.sh [--k8s 1.37] [--helm 4] [--print-dir] [--list]
+#   hack/testbed/build.sh --kueue [--print-dir]
 #
 # --k8s (or $CARDINAL_K8S_VERSION) picks the Kubernetes minor: 1.37, v1.37 or its pinned patch v1.37.2;
 # the default is K8S_DEFAULT. --helm (or $CARDINAL_HELM_VERSION) picks Helm 3 or 4 (or its pinned
@@ -13,7 +14,13 @@
 # supported minors, newest first, with their pinned Kubernetes and etcd versions.
 #
 # Each minor is built from its own small module, hack/testbed/k8s-1.<minor>/ (hack/testbed/add-minor.sh
-# writes one), and etcd from hack/etcd/<etcd version>/.
+# writes one), and etcd from hack/etcd/<etcd version>/. A folder built before a binary joined the list
+# (kube-controller-manager did) is completed in place: only the missing binaries are built.
+#
+# --kueue builds Kueue's manager (KUEUE_VERSION, from its own module hack/kueue/<version>/) into
+# .cache/testbed/kueue-<version>/ instead, beside copies of its CRDs (crds/) and webhook
+# configurations (webhooks.yaml) taken from the module, so the tests need no module cache; it prints
+# that folder. Kueue does not depend on the Kubernetes minor: one folder serves them all.
 #
 # Everything is inside main, called on the last line: bash then parses the whole file before it runs
 # any of it, so editing this script while a build is running cannot break that build.
@@ -38,6 +45,8 @@ HELM_PINS=(
 	"3 v3.19.5"
 	"4 v4.3.1"
 )
+# KUEUE_VERSION: the Kueue the end-to-end tests run beside Cardinal (test/e2e/kueue_test.go).
+KUEUE_VERSION=v0.17.0
 
 # pick prints the row of pins (a K8S_PINS or HELM_PINS row) whose first or second field is want, with
 # or without a leading v; an empty want picks the first row.
@@ -82,9 +91,47 @@ helm_ldflags() {
 	echo "$ld"
 }
 
+# build_kueue [PRINT_DIR]: build Kueue's manager into $cache/kueue-$KUEUE_VERSION unless it is there
+# (with PRINT_DIR, only print the folder), and print the folder on the last line. The binary is moved
+# into place last, after the CRDs and webhook manifests: a folder holding it is complete.
+build_kueue() {
+	local out="$cache/kueue-$KUEUE_VERSION" mod="$root/hack/kueue/$KUEUE_VERSION" src start
+	if [ -n "${1:-}" ] || [ -x "$out/kueue" ]; then
+		echo "$out"
+		return 0
+	fi
+	mkdir -p "$out"
+	if command -v flock >/dev/null; then
+		exec 8>"$out/.lock"
+		flock 8
+		if [ -x "$out/kueue" ]; then # built by the run we waited for
+			echo "$out"
+			return 0
+		fi
+	fi
+	[ -f "$mod/go.mod" ] || { echo "testbed: $mod/go.mod missing" >&2; exit 1; }
+	grep -q "^require sigs.k8s.io/kueue $KUEUE_VERSION\$" "$mod/go.mod" || { echo "testbed: $mod/go.mod does not pin sigs.k8s.io/kueue $KUEUE_VERSION" >&2; exit 1; }
+	start=$SECONDS
+	echo "testbed: building kueue $KUEUE_VERSION into $out, once (about 4 minutes on 2 cores; cached after)" >&2
+	export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+	(cd "$mod" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" -o "$out/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue)
+	# go list -m names the module's folder only once it is in the module cache (a fresh one has it
+	# only after a download; the build above fetched it too).
+	(cd "$mod" && go mod download sigs.k8s.io/kueue)
+	src=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+	[ -n "$src" ] && [ -d "$src/config/components/crd/bases" ] || { echo "testbed: no config/components/crd/bases in sigs.k8s.io/kueue's folder ($src)" >&2; exit 1; }
+	rm -rf "$out/crds" && mkdir -p "$out/crds"
+	cp "$src"/config/components/crd/bases/*.yaml "$out/crds/"
+	cp "$src/config/components/webhook/manifests.yaml" "$out/webhooks.yaml"
+	chmod -R u+w "$out/crds" "$out/webhooks.yaml" # the module cache is read-only
+	mv "$out/kueue.tmp" "$out/kueue"
+	echo "testbed: built kueue in $((SECONDS - start)) s" >&2
+	echo "$out"
+}
+
 main() {
 	root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-	local want_k8s=${CARDINAL_K8S_VERSION:-} want_helm=${CARDINAL_HELM_VERSION:-} print_dir= row
+	local want_k8s=${CARDINAL_K8S_VERSION:-} want_helm=${CARDINAL_HELM_VERSION:-} print_dir= kueue= row
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--k8s) want_k8s=${2:?--k8s needs a version}; shift 2 ;;
@@ -92,15 +139,21 @@ main() {
 		--helm) want_helm=${2:?--helm needs a version}; shift 2 ;;
 		--helm=*) want_helm=${1#*=}; shift ;;
 		--print-dir) print_dir=1; shift ;;
+		--kueue) kueue=1; shift ;;
 		--list)
 			for row in "${K8S_PINS[@]:0:K8S_SUPPORTED}"; do
 				set -- $row
 				echo "$1 $2 etcd-$3"
 			done
 			exit 0 ;;
-		*) echo "testbed: unknown argument $1 (want --k8s MINOR, --helm MAJOR, --print-dir, --list)" >&2; exit 2 ;;
+		*) echo "testbed: unknown argument $1 (want --k8s MINOR, --helm MAJOR, --kueue, --print-dir, --list)" >&2; exit 2 ;;
 		esac
 	done
+	cache="${TESTBED_CACHE:-$root/.cache/testbed}"
+	if [ -n "$kueue" ]; then
+		build_kueue "$print_dir"
+		exit 0
+	fi
 	row=$(pick Kubernetes "${want_k8s:-$K8S_DEFAULT}" "${K8S_PINS[@]}")
 	read -r K8S_MINOR K8S_VERSION ETCD_VERSION <<<"$row"
 	row=$(pick Helm "$want_helm" "${HELM_PINS[@]}")
@@ -110,12 +163,11 @@ main() {
 	# get a new folder (their Kubernetes and etcd binaries are reused, see reuse_siblings). "stamped":
 	# the version stamps of a release build (helm_ldflags).
 	HELM_BUILD=stamped
-	cache="${TESTBED_CACHE:-$root/.cache/testbed}"
 	prefix="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_"
 	helm_suffix="_helm-${HELM_VERSION}-${HELM_BUILD}"
 	key="${prefix}helm-${HELM_VERSION}-${HELM_BUILD}"
 	out="$cache/$key"
-	bins=(etcd kube-apiserver kube-scheduler kubelet kubectl helm)
+	bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl helm)
 	if [ -n "$print_dir" ]; then
 		echo "$out"
 		exit 0
@@ -184,7 +236,7 @@ main() {
 		mv "$out/$b.tmp" "$out/$b"
 		built "$b" "$start"
 	}
-	for b in kube-apiserver kube-scheduler kubelet kubectl; do build_k8s "$b"; done
+	for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do build_k8s "$b"; done
 
 	local start
 	if [ ! -x "$out/etcd" ]; then

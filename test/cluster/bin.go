@@ -18,13 +18,13 @@ import (
 const BinDirEnv = "CARDINAL_TESTBED_BIN"
 
 // binaries are the commands hack/testbed/build.sh builds, all of which BinDir guarantees.
-var binaries = [...]string{"etcd", "kube-apiserver", "kube-scheduler", "kubelet", "kubectl", "helm"}
+var binaries = [...]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "helm"}
 
 // binDirOnce builds the binaries at most once per process; the result is immutable after that.
 var binDirOnce = sync.OnceValues(findOrBuildBinaries)
 
-// BinDir returns the folder holding the pinned etcd, kube-apiserver, kube-scheduler, kubelet,
-// kubectl and helm. It uses $CARDINAL_TESTBED_BIN when that folder holds them all, else runs
+// BinDir returns the folder holding the pinned etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kubelet, kubectl and helm. It uses $CARDINAL_TESTBED_BIN when that folder holds them all, else runs
 // hack/testbed/build.sh (minutes on a cold cache, nothing on a warm one). It never skips: a
 // binary that cannot be had fails t.
 func BinDir(t TB) string {
@@ -40,12 +40,67 @@ func findOrBuildBinaries() (string, error) {
 	if dir := os.Getenv(BinDirEnv); dir != "" && haveBinaries(dir) {
 		return dir, nil
 	}
+	dir, err := runBuildScript()
+	if err != nil {
+		return "", err
+	}
+	if !haveBinaries(dir) {
+		return "", fmt.Errorf("hack/testbed/build.sh printed %q, which lacks some of %v", dir, binaries)
+	}
+	return dir, nil
+}
+
+// KueueDirEnv names the folder of the pinned Kueue manager, its CRDs (crds/) and its webhook
+// configurations (webhooks.yaml); `make test` sets it to `hack/testbed/build.sh --kueue --print-dir`.
+const KueueDirEnv = "CARDINAL_KUEUE_DIR"
+
+// kueueDirOnce builds Kueue at most once per process.
+var kueueDirOnce = sync.OnceValues(findOrBuildKueue)
+
+// KueueDir returns the folder holding the pinned Kueue manager (kueue), its CRDs (crds/*.yaml) and
+// its webhook manifests (webhooks.yaml). It uses $CARDINAL_KUEUE_DIR when that folder holds them,
+// else runs hack/testbed/build.sh --kueue (minutes on a cold cache). It never skips.
+func KueueDir(t TB) string {
+	t.Helper()
+	dir, err := kueueDirOnce()
+	if err != nil {
+		t.Fatalf("Kueue for the test bed: %v", err)
+	}
+	return dir
+}
+
+func findOrBuildKueue() (string, error) {
+	if dir := os.Getenv(KueueDirEnv); dir != "" && haveKueue(dir) {
+		return dir, nil
+	}
+	dir, err := runBuildScript("--kueue")
+	if err != nil {
+		return "", err
+	}
+	if !haveKueue(dir) {
+		return "", fmt.Errorf("hack/testbed/build.sh --kueue printed %q, which lacks kueue, crds/ or webhooks.yaml", dir)
+	}
+	return dir, nil
+}
+
+func haveKueue(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, "kueue"))
+	if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return false
+	}
+	crds, _ := filepath.Glob(filepath.Join(dir, "crds", "*.yaml"))
+	_, err = os.Stat(filepath.Join(dir, "webhooks.yaml"))
+	return len(crds) > 0 && err == nil
+}
+
+// runBuildScript runs hack/testbed/build.sh with args and returns the folder it printed last.
+func runBuildScript(args ...string) (string, error) {
 	script, err := buildScript()
 	if err != nil {
 		return "", err
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command("bash", script)
+	cmd := exec.Command("bash", append([]string{script}, args...)...)
 	// The script says what it builds and how long each took: show it as it goes (a first build takes
 	// minutes), and keep it for the error.
 	cmd.Stderr = io.MultiWriter(&stderr, os.Stderr)
@@ -54,11 +109,7 @@ func findOrBuildBinaries() (string, error) {
 		return "", fmt.Errorf("%s: %w\n%s", script, err, tail(stderr.Bytes(), 40))
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	dir := lines[len(lines)-1]
-	if !haveBinaries(dir) {
-		return "", fmt.Errorf("%s printed %q, which lacks some of %v", script, dir, binaries)
-	}
-	return dir, nil
+	return lines[len(lines)-1], nil
 }
 
 func haveBinaries(dir string) bool {

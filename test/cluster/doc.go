@@ -11,6 +11,10 @@
 // manager policies; its PodResources API is at hand (Kubelet.PodResources). API-only nodes
 // (AddNode) are plain Node objects made Ready.
 //
+// On request a test also gets kube-controller-manager with only the controllers it names
+// (StartControllerManager; none runs by default) and a Kueue manager with its CRDs and webhooks
+// (StartKueue, the pinned build of hack/testbed/build.sh --kueue).
+//
 // Everything is torn down at the cleanup of the TB that created it, also when the test fails or
 // panics; each component's log is in the test's temp dir and its tail is printed on failure.
 // Starting a kubelet needs root; under CI=true a missing prerequisite fails the test instead of

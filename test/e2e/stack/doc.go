@@ -6,7 +6,8 @@
 //     extender's urlPrefix and the webhook's clientConfig at loopback (and a CA bundle generated
 //     here), so its ServiceAccounts, RBAC, ValidatingAdmissionPolicy, MutatingWebhookConfiguration
 //     and scheduler ConfigMap are the real ones; its Deployments and DaemonSet stay inert (no
-//     controller-manager runs);
+//     controller-manager runs; a test that needs Jobs starts one with only the controllers it
+//     names, see cluster.StartControllerManager, and none of them acts on the chart's objects);
 //   - the scheduler-extender and webhook binaries on the host, each with a token of the chart's
 //     ServiceAccount for its component;
 //   - kube-scheduler started with the KubeSchedulerConfiguration the chart rendered into its ConfigMap;
