@@ -39,6 +39,8 @@ type Options struct {
 	Names     annotations.ResourceNames
 	// SchedulerName is the kube-scheduler profile whose pods feed the task mix (frag-aware).
 	SchedulerName string
+	// ExactSchedulerName is Cardinal's second profile, whose pods feed it too ("": none).
+	ExactSchedulerName string
 	// Output is OutputTable ("" too) or OutputJSON.
 	Output string
 	Out    io.Writer
@@ -71,7 +73,7 @@ func (o *Options) load(ctx context.Context, skip types.UID) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	c := &cluster{nodes: nodes.Items, pods: pods.Items, cache: scheduler.NewCache(o.Names, o.SchedulerName)}
+	c := &cluster{nodes: nodes.Items, pods: pods.Items, cache: scheduler.NewCache(o.Names, o.SchedulerName, o.ExactSchedulerName)}
 	slices.SortFunc(c.nodes, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for i := range c.nodes {
 		c.cache.UpsertNode(&c.nodes[i])

@@ -94,6 +94,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, client Client) er
 	fs.StringVar(&nodePolicy, "node-policy", string(annotations.PolicyBinpack), "explain: node policy for pods without cardinal.io/node-policy (binpack, spread, frag-aware); use the extender's --node-policy")
 	fs.StringVar(&gpuPolicy, "gpu-policy", string(annotations.PolicyBinpack), "explain: card policy for pods without cardinal.io/gpu-policy (binpack, spread, frag-aware); use the extender's --gpu-policy")
 	fs.StringVar(&o.SchedulerName, "scheduler-name", "cardinal-scheduler", "kube-scheduler profile whose pods make the task mix frag-aware weighs (the extender's --scheduler-name)")
+	fs.StringVar(&o.ExactSchedulerName, "exact-scheduler-name", "cardinal-scheduler-exact", "Cardinal's second profile, whose pods count in the task mix too (the extender's --exact-scheduler-name; empty: none)")
 	fs.StringVar(&co.Reason, "reason", "", "cordon: why the cards go out of service (required; shown in kubectl describe pod and kubectl cardinal cards)")
 	fs.BoolVar(&co.DryRun, "dry-run", false, "cordon, uncordon: have the API server check the change without making it; drain: list the pods that would be evicted")
 	fs.DurationVar(&co.Timeout, "timeout", 2*time.Minute, "drain: how long to retry evictions a PodDisruptionBudget refuses and to wait for evicted pods to go")

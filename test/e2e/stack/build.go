@@ -17,6 +17,10 @@ const (
 	PluginBinary   = "device-plugin"
 )
 
+// ExactSchedulerName is the chart's default exactSchedulerName, which every component is told of as
+// the chart tells it.
+const ExactSchedulerName = "cardinal-scheduler-exact"
+
 // modulePath is the main module; Root looks for its go.mod.
 const modulePath = "github.com/cardinal-gpu/cardinal"
 

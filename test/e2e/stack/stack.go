@@ -256,6 +256,7 @@ func Start(t cluster.TB, o Options) *Stack {
 		"--kubeconfig=" + extKubeconfig,
 		"--node-policy=" + string(o.NodePolicy),
 		"--gpu-policy=" + string(o.GPUPolicy),
+		"--exact-scheduler-name=" + ExactSchedulerName,
 	}, logArgs...)...)
 	whKubeconfig, err := s.tokenKubeconfig(ctx, "webhook", accounts.webhook, nil)
 	if err != nil {
@@ -268,6 +269,7 @@ func Start(t cluster.TB, o Options) *Stack {
 		"--metrics-listen=127.0.0.1:" + strconv.Itoa(whMetrics),
 		"--kubeconfig=" + whKubeconfig,
 		"--trusted-service-accounts=" + saUser(accounts.scheduler) + "," + saUser(accounts.pluginSA),
+		"--exact-scheduler-name=" + ExactSchedulerName,
 	}, logArgs...)...)
 	s.webhookMetrics = "http://127.0.0.1:" + strconv.Itoa(whMetrics) + "/metrics"
 	s.WaitHTTP(t, s.Extender, s.ExtenderURL+"/readyz")
@@ -307,6 +309,7 @@ func Start(t cluster.TB, o Options) *Stack {
 			"--pod-resources-socket=" + k.PodResourcesSocket,
 			"--simulate=" + s.SimPath,
 			"--shares=" + strconv.Itoa(n.Shares),
+			"--exact-scheduler-name=" + ExactSchedulerName,
 			"--listen=127.0.0.1:" + strconv.Itoa(ports[4+i]),
 			"--health-recovery-interval=" + o.HealthRecovery.String(),
 			"--reconcile-interval=" + o.Reconcile.String(),
