@@ -105,11 +105,11 @@ var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
 const keyResource = "resource"
 
 type pluginOptions struct {
-	Node          string
+	Node  string
 	Names annotations.ResourceNames
 	// SchedulerNames are Cardinal's scheduler profiles; empty names are ignored.
 	SchedulerNames []string
-	Cards         []nvidia.Card
+	Cards          []nvidia.Card
 	// Links are the links between Cards (nvidia.DiscoverLinks: positions in Cards).
 	Links    []annotations.Link
 	Shares   int

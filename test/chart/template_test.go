@@ -150,8 +150,8 @@ func TestSchedulerConfigurationFollowsValues(t *testing.T) {
 			"replicas":                 3,
 			"inTreeResourceScores":     true,
 			"percentageOfNodesToScore": 30,
-			"leaderElection":       map[string]any{"resourceName": "gpu-lease"},
-			"extender":             map[string]any{"urlPrefix": "http://127.0.0.1:39999", "weight": 5, "httpTimeout": "750ms", "nodePolicy": "spread", "gpuPolicy": "frag-aware"},
+			"leaderElection":           map[string]any{"resourceName": "gpu-lease"},
+			"extender":                 map[string]any{"urlPrefix": "http://127.0.0.1:39999", "weight": 5, "httpTimeout": "750ms", "nodePolicy": "spread", "gpuPolicy": "frag-aware"},
 		},
 	})
 	got := schedulerConfig(t, r)
