@@ -248,3 +248,28 @@ func profilesOf(ds []migplace.Demand) []string {
 	}
 	return out
 }
+
+// A pool moved back to static MIG: a running pod holds its instance by the placement ID it was
+// given in the dynamic pool, and that ID holds the instance the card now serves by MIG UUID.
+func TestPlacementIDHoldsTheInstanceOnAStaticCard(t *testing.T) {
+	g := dynA100("GPU-d", 0, "3g.40gb", 4)
+	g.MIG.DynamicV, g.MIG.Dynamic = 0, nil
+	n := nodeOf(g)
+	p, err := decider(t, annotations.PolicyBinpack, annotations.PolicyBinpack).Prepare(pod(migC("main", "3g.40gb", 1)), annotations.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r := p.Fit(n, nil); r != nil {
+		t.Fatalf("the static instance does not fit: %s", r)
+	}
+	h, err := HoldingFromID(pid("GPU-d", "3g.40gb", 4), 40960, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Hold(h) {
+		t.Fatal("the placement ID names no device of the static card")
+	}
+	if plan, r := p.Fit(n, nil); r == nil {
+		t.Fatalf("the instance a running pod holds was offered again: %v", ids(n, plan))
+	}
+}

@@ -416,6 +416,14 @@ func (n *NodeState) addInstances(p int, ins []annotations.MIGInstance) {
 		g := annotations.GPU{UUID: in.UUID, Index: parent.Index, Model: parent.Model, MemoryMiB: in.MemoryMiB,
 			NUMA: parent.NUMA, Healthy: in.Healthy, Shares: 1}
 		n.byUUID[in.UUID] = len(n.Cards)
+		// A pod given this instance while its card was in a dynamic pool holds it by its placement
+		// ID (dynmig.go): that ID names the instance too, so that a pool moved back to static MIG
+		// never offers a running pod's instance to another.
+		if alias := annotations.MIGPlacementID(parent.UUID, in.Profile, in.Start); in.Size > 0 {
+			if _, dup := n.byUUID[alias]; !dup {
+				n.byUUID[alias] = len(n.Cards)
+			}
+		}
 		n.Cards = append(n.Cards, Card{GPU: g, Parent: parent.UUID, Profile: in.Profile, ProfileKey: annotations.MIGProfileKey(in.Profile),
 			modelLower: parent.modelLower, refs: make([]int32, 1), parent: p, weight: w})
 		n.MIG++
