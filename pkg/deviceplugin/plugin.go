@@ -150,7 +150,7 @@ func newPlugin(o pluginOptions) *Plugin {
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		evict: func(*podEntry, string) {}, deleted: func(types.UID) {}, kubeletRecord: o.KubeletRecord, podResources: o.PodResources, strangers: map[string]bool{}, dropped: map[types.UID]map[string]bool{},
-		mig: o.MIG,
+		mig:   o.MIG,
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:    map[types.UID]map[string]annotations.ContainerAllocation{},
