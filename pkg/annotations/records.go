@@ -469,7 +469,7 @@ func (d *DeviceAssignment) validatePlacement() error {
 		return fmt.Errorf("id %q is not the placement ID %q of its parent, profile and start", d.ID, want)
 	}
 	if _, err := ParseMIGPlacementID(d.ID); err != nil {
-		return fmt.Errorf("id: %v", err)
+		return fmt.Errorf("id: %w", err)
 	}
 	return nil
 }

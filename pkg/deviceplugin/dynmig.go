@@ -305,14 +305,6 @@ func (p *Plugin) reclaim(list *podresourcesapi.ListPodResourcesResponse) int {
 	return n
 }
 
-// dynamicIDs reports whether any of ids is a dynamic placement. p.mu held.
-func (t *deviceTable) dynamicIDs(ids []string) bool {
-	return slices.ContainsFunc(ids, func(id string) bool {
-		d, ok := t.devices[id]
-		return ok && d.MIG != nil && d.MIG.Dynamic != nil
-	})
-}
-
 // describePlacement names a placement for messages.
 func describePlacement(m *migDevice, c *annotations.GPU) string {
 	if m.Instance.UUID != "" {

@@ -40,14 +40,12 @@ func TestDynamicMIGBurstNeverOverlaps(t *testing.T) {
 	// 4g (equal loss, the fuller card), which keeps the other card whole for the 2g.
 	burst := []string{"4g.40gb", "3g.40gb", "2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"}
 	used := map[string]uint64{}
-	var names []string
 	for i, profile := range burst {
 		p := migPod("p"+itoa(i), nil, profile, 1)
 		h.createPods(p)
 		if err := h.bind(p.Name, "dyn"); err != "" {
 			t.Fatalf("pod %d (%s): %s", i, profile, err)
 		}
-		names = append(names, p.Name)
 		a, _ := h.assignmentOf("default", p.Name)
 		d := a.Containers[0].Devices[0]
 		if d.Placement == nil || d.Profile != profile || d.ID != annotations.MIGPlacementID(d.Parent, profile, d.Placement.Start) {
