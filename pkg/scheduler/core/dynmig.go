@@ -308,19 +308,23 @@ func (n *NodeState) validDynamicPlan(p *Plan) string {
 }
 
 // dynamicUse is the share of dynamic parent p's memory slices its instances and held placements
-// take, with after (nil: now) giving each placement's usage after a plan.
+// take, with after (nil: now) giving each placement's usage after a plan. A held placement whose
+// instance exists counts once.
 func (n *NodeState) dynamicUse(p int, after func(int) Usage) float64 {
 	c := &n.Cards[p]
-	held := c.migHeld
-	if after != nil {
-		for j := c.dynFirst; j < c.dynEnd; j++ {
-			if o := &n.Cards[j]; o.Held == 0 && after(j).Held > 0 {
-				held += o.weight
-			}
+	var used uint64
+	for _, in := range n.instancesOf(p) {
+		if in.Size > 0 && in.Start >= 0 && in.Start+in.Size <= 64 {
+			used |= sliceMask(in.Start, in.Size)
+		}
+	}
+	for j := c.dynFirst; j < c.dynEnd; j++ {
+		if o := &n.Cards[j]; o.Held > 0 || (after != nil && after(j).Held > 0) {
+			used |= o.place.mask
 		}
 	}
 	if c.migWeight <= 0 {
 		return 1
 	}
-	return min(float64(held)/float64(c.migWeight), 1)
+	return min(float64(popcount(used))/float64(c.migWeight), 1)
 }

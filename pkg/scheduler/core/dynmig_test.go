@@ -273,3 +273,21 @@ func TestPlacementIDHoldsTheInstanceOnAStaticCard(t *testing.T) {
 		t.Fatalf("the instance a running pod holds was offered again: %v", ids(n, plan))
 	}
 }
+
+// A pod's placement whose instance the inventory lists counts once in the node's utilization.
+func TestDynamicMIGUtilizationCountsAnInstanceOnce(t *testing.T) {
+	n := nodeOf(dynA100("GPU-d", 0, "4g.40gb", 0))
+	if got := n.Utilization(); got != 0.5 {
+		t.Fatalf("utilization with a 4g.40gb instance: %v, want 0.5", got)
+	}
+	h, err := HoldingFromID(pid("GPU-d", "4g.40gb", 0), 40960, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Hold(h) {
+		t.Fatal("Hold found no placement")
+	}
+	if got := n.Utilization(); got != 0.5 {
+		t.Errorf("utilization with the pod that holds the instance: %v, want 0.5 (4 of 8 slices)", got)
+	}
+}
