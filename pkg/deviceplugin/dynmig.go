@@ -110,8 +110,9 @@ func (t *deviceTable) setInstances(i int, ins []annotations.MIGInstance) {
 // createLocked creates the instances of the dynamic placements among o's IDs that have none, and
 // reports whether it created any. On a failure it destroys what it created in this call and
 // refuses. p.mu held.
-func (p *Plugin) createLocked(o outcome, holders []holder) (bool, *AllocateError) {
+func (p *Plugin) createLocked(o outcome) (bool, *AllocateError) {
 	var made []*migDevice
+	var holders []holder // of every resource: a placement of another profile may overlap
 	for _, id := range o.IDs {
 		d, ok := p.table.devices[id]
 		if !ok || d.MIG == nil || d.MIG.Dynamic == nil {
@@ -120,6 +121,9 @@ func (p *Plugin) createLocked(o outcome, holders []holder) (bool, *AllocateError
 		m := d.MIG
 		if m.Instance.UUID != "" {
 			continue // adopted, or created for this pod's init container
+		}
+		if holders == nil {
+			holders = p.holdersLocked("")
 		}
 		if other := overlappingInFlight(p.table, m, o, holders); other != nil {
 			p.undoLocked(made)

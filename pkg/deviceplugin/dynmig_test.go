@@ -245,3 +245,26 @@ func TestDynamicMIGWithoutControlRefuses(t *testing.T) {
 		t.Fatalf("Allocate = %v, want a refusal", err)
 	}
 }
+
+// The kubelet choosing another placement than the assigned one (a substitute) that overlaps a
+// placement assigned to another pod still in flight is refused: the extender reserved those slices.
+func TestDynamicMIGSubstituteOverlappingInFlightRefused(t *testing.T) {
+	p, srv := dynPlugin(t, "")
+	p.UpsertPod(newPod("big", ctr{name: "main", ids: []string{placement("GPU-d1", "4g.40gb", 0)}, mig: "4g.40gb"}).obj(t))
+	p.UpsertPod(newPod("mid", ctr{name: "main", ids: []string{placement("GPU-d1", "3g.40gb", 4)}, mig: "3g.40gb"}).obj(t))
+	sub := placement("GPU-d1", "3g.40gb", 0)
+	_, err := allocateOn(p, dyn3g, sub)
+	if err == nil || !strings.Contains(err.Error(), "overlaps the one assigned to container main of pod default/big") {
+		t.Fatalf("Allocate of %s = %v, want a refusal naming pod big", sub, err)
+	}
+	if got := instancesOn(t, srv, "GPU-d1"); len(got) != 0 {
+		t.Errorf("NVML holds %v after the refusal", got)
+	}
+	// The assigned placement is served.
+	if _, err := allocateOn(p, dyn3g, placement("GPU-d1", "3g.40gb", 4)); err != nil {
+		t.Fatalf("the assigned placement: %v", err)
+	}
+	if diff := cmp.Diff([]string{"3g.40gb@4"}, instancesOn(t, srv, "GPU-d1")); diff != "" {
+		t.Errorf("NVML holds (-want +got):\n%s", diff)
+	}
+}

@@ -604,7 +604,7 @@ func (p *Plugin) serveLocked(res corev1.ResourceName, holders []holder, req *plu
 			}
 		}
 		if aerr == nil {
-			_, aerr = p.createLocked(o, holders)
+			_, aerr = p.createLocked(o)
 		}
 		if aerr != nil {
 			if aerr.Admitted != nil {
