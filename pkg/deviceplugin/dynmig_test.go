@@ -268,3 +268,24 @@ func TestDynamicMIGSubstituteOverlappingInFlightRefused(t *testing.T) {
 		t.Errorf("NVML holds (-want +got):\n%s", diff)
 	}
 }
+
+// A pool moved from static to dynamic MIG without a drain: the operator's instance no pod holds
+// is destroyed at the first reconciliation, one a running pod holds by its MIG UUID (given while
+// the pool was static) is kept until that pod is gone.
+func TestDynamicMIGStaticToDynamic(t *testing.T) {
+	p, srv := dynPlugin(t, `, instances: [{profile: 3g.40gb, uuid: MIG-busy}, {profile: 3g.40gb, uuid: MIG-idle}]`)
+	list := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{{Name: "old", Namespace: "default",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: string(dyn3g), DeviceIds: []string{"MIG-busy"}}}}}}}}
+	if n := p.reclaim(list); n != 1 {
+		t.Fatalf("reclaim destroyed %d, want the idle instance", n)
+	}
+	if diff := cmp.Diff([]string{"3g.40gb@0"}, instancesOn(t, srv, "GPU-d0")); diff != "" {
+		t.Fatalf("NVML holds (-want +got):\n%s", diff)
+	}
+	if n := p.reclaim(&podresourcesapi.ListPodResourcesResponse{}); n != 1 {
+		t.Fatalf("after the old pod: reclaim destroyed %d, want 1", n)
+	}
+	if got := instancesOn(t, srv, "GPU-d0"); len(got) != 0 {
+		t.Errorf("NVML holds %v", got)
+	}
+}
