@@ -166,7 +166,8 @@ func FuzzDecodeAssignment(f *testing.F) {
 		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a::0","parent":"GPU-a","profile":"1g.10gb+me"}]}]}`,
 		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","parent":"MIG-a","profile":"3g.40gb"}]}]}`,
 		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","parent":"GPU-a"}]}]}`,
-		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","parent":"GPU-a","profile":"1g.10gb.me"}]}]}`)
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"MIG-a","id":"MIG-a","parent":"GPU-a","profile":"1g.10gb.me"}]}]}`,
+		`{"v":1,"node":"n","containers":[{"name":"a","devices":[{"uuid":"GPU-a/3g.40gb@4","id":"GPU-a/3g.40gb@4","cores":100,"parent":"GPU-a","profile":"3g.40gb","placement":{"start":4,"size":4}}]}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		got, err := DecodeAssignment(in)
 		if err != nil {

@@ -97,6 +97,11 @@ type DeviceAssignment struct {
 	// is on and its profile. Added in v1 without a version change.
 	Parent  string `json:"parent,omitempty"`
 	Profile string `json:"profile,omitempty"`
+	// Placement is set for an instance of a dynamic MIG pool (issue 40) that the device plugin
+	// creates at Allocate: where on Parent it goes. UUID and ID are then its placement ID
+	// (MIGPlacementID of Parent, Profile and Placement.Start). Added in v1 without a version change:
+	// only dynamic cards (mig.dynamicV 1) offer placement IDs.
+	Placement *MIGPlacement `json:"placement,omitempty"`
 }
 
 // IDs returns the container's device IDs in order.
@@ -348,6 +353,9 @@ func (a *Assignment) validate() error {
 					return errorf(GPUAssignment, "containers[%d].devices[%d]: MIG instance %s has device ID %q (a MIG instance is served by its UUID)", i, j, d.UUID, d.ID)
 				}
 			}
+			if err := d.validatePlacement(); err != nil {
+				return errorf(GPUAssignment, "containers[%d].devices[%d]: %v", i, j, err)
+			}
 		}
 	}
 	return nil
@@ -437,4 +445,31 @@ func clip(s string) string {
 		return strconv.Quote(s)
 	}
 	return strconv.Quote(s[:maxQuoted]) + "…"
+}
+
+// validatePlacement checks a dynamic MIG device: with a placement, its ID is the placement ID of
+// its parent, profile and start; without one, its ID is no placement ID.
+func (d *DeviceAssignment) validatePlacement() error {
+	if d.Placement == nil {
+		if IsMIGPlacementID(d.ID) {
+			if _, err := ParseMIGPlacementID(d.ID); err == nil {
+				return fmt.Errorf("id %q is a placement ID, but placement is not set", d.ID)
+			}
+		}
+		return nil
+	}
+	pl := d.Placement
+	switch {
+	case d.Profile == "":
+		return fmt.Errorf("placement %d:%d without parent and profile (a dynamic MIG instance names both)", pl.Start, pl.Size)
+	case pl.Start < 0 || pl.Size < 1 || pl.Size > maxMIGSlices || pl.Start > maxMIGSlices-pl.Size:
+		return fmt.Errorf("placement: start %d size %d is not within 0..%d slices", pl.Start, pl.Size, maxMIGSlices)
+	}
+	if want := MIGPlacementID(d.Parent, d.Profile, pl.Start); d.ID != want {
+		return fmt.Errorf("id %q is not the placement ID %q of its parent, profile and start", d.ID, want)
+	}
+	if _, err := ParseMIGPlacementID(d.ID); err != nil {
+		return fmt.Errorf("id: %w", err)
+	}
+	return nil
 }

@@ -208,6 +208,13 @@ func (b *podBuilder) obj(t testing.TB) *corev1.Pod {
 		}
 		ca := annotations.ContainerAssignment{Name: c.name, Init: c.init}
 		for _, id := range c.ids {
+			if ref, err := annotations.ParseMIGPlacementID(id); err == nil && c.mig != "" {
+				// A dynamic MIG placement (sizes of an A100/H100's profiles).
+				size := map[string]int{"1g.10gb": 1, "1g.10gb+me": 1, "1g.20gb": 2, "2g.20gb": 2, "3g.40gb": 4, "4g.40gb": 4, "7g.80gb": 8}[ref.Profile]
+				ca.Devices = append(ca.Devices, annotations.DeviceAssignment{UUID: id, ID: id, Cores: 100, Parent: ref.Parent, Profile: c.mig,
+					Placement: &annotations.MIGPlacement{Start: ref.Start, Size: size}})
+				continue
+			}
 			if c.mig != "" {
 				ca.Devices = append(ca.Devices, annotations.DeviceAssignment{UUID: id, ID: id, Parent: migParentOf(id), Profile: c.mig})
 				continue

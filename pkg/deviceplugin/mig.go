@@ -38,6 +38,9 @@ type migDevice struct {
 	Resource corev1.ResourceName
 	// Parent indexes deviceTable.cards; index is the instance's place in deviceTable.instances.
 	Parent, index int
+	// Dynamic is set for a dynamic MIG placement (dynmig.go): the device ID is its placement ID,
+	// and Instance the instance there (UUID "" while none exists).
+	Dynamic *dynamicPlacement
 }
 
 // addInstances adds the MIG instances of the cards whose MIG mode is in force: one device per
@@ -55,6 +58,10 @@ func (t *deviceTable) addInstances(cards []nvidia.Card, names annotations.Resour
 		}
 		t.inMIG[parent] = c.MIG.Enabled()
 		if !c.MIG.Current {
+			continue
+		}
+		if m := t.cards[parent].MIG; m != nil && len(m.Dynamic) > 0 {
+			t.addPlacements(c, parent, names)
 			continue
 		}
 		n := 0
@@ -133,7 +140,7 @@ func (t *deviceTable) migPluginDevices(resource corev1.ResourceName, topology bo
 	for _, id := range ids {
 		m := t.devices[id].MIG
 		d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
-		if !m.Instance.Healthy {
+		if (m.Dynamic == nil && !m.Instance.Healthy) || (m.Dynamic != nil && !t.placementHealthy(m)) {
 			d.Health = pluginapi.Unhealthy
 		}
 		if n := t.cards[m.Parent].NUMA; topology && n >= 0 {
@@ -165,6 +172,14 @@ func (t *deviceTable) setHealth(uuid string, healthy bool) (known, changed bool)
 		return true, true
 	}
 	d, ok := t.devices[uuid]
+	if !ok {
+		// A dynamic placement's instance is named by its MIG UUID, its device by the placement.
+		for _, m := range t.instances {
+			if m.Dynamic != nil && m.Instance.UUID == uuid {
+				d, ok = advertised{ID: m.Dynamic.Ref.String(), Card: m.Parent, Slot: -1, MIG: m}, true
+			}
+		}
+	}
 	if !ok || d.MIG == nil {
 		return false, false
 	}
@@ -197,6 +212,9 @@ func (t *deviceTable) syncInventoryHealth(i int) {
 // profile and parent.
 func (t *deviceTable) describe(d advertised) string {
 	c := &t.cards[d.Card]
+	if d.MIG != nil && d.MIG.Dynamic != nil {
+		return describePlacement(d.MIG, c)
+	}
 	if d.MIG != nil {
 		return fmt.Sprintf("MIG instance %s (%s on %s, %s)", d.MIG.Instance.UUID, d.MIG.Instance.Profile, c.UUID, c.Model)
 	}

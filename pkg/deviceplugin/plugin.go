@@ -65,6 +65,9 @@ type Plugin struct {
 	podResources podResourcesLister
 	// kubeletRecord reads the kubelet's record of who holds which devices (verify.go).
 	kubeletRecord recordReader
+	// mig creates and destroys the instances of dynamic MIG placements (dynmig.go); nil: none can
+	// be created (a placement's Allocate is refused).
+	mig nvidia.MIGControl
 
 	mu    sync.Mutex
 	table *deviceTable
@@ -92,6 +95,9 @@ type Plugin struct {
 	dropped map[types.UID]map[string]bool
 	// changed is closed and replaced on every health change, waking ListAndWatch streams.
 	changed chan struct{}
+	// inventoryDirty: a dynamic MIG instance was created or destroyed and the inventory must be
+	// rewritten (flushInventory).
+	inventoryDirty bool
 	// podsChanged is closed and replaced on every pod update, waking calls that wait for the cache.
 	podsChanged chan struct{}
 	// cacheWait bounds how long a call waits for the informer to show the pod the kubelet is
@@ -131,6 +137,8 @@ type pluginOptions struct {
 	KubeletRecord recordReader
 	// PodResources: see Plugin.podResources.
 	PodResources podResourcesLister
+	// MIG: see Plugin.mig.
+	MIG nvidia.MIGControl
 }
 
 // DefaultCacheWait is how long GetPreferredAllocation and Allocate wait, at most, for the pod cache
@@ -144,6 +152,7 @@ func newPlugin(o pluginOptions) *Plugin {
 		log: o.Log, metrics: o.Metrics,
 		record: func(types.UID) {}, devicesChanged: func() {}, failed: func(*AllocateError) {}, healthChanged: func(nvidia.HealthEvent) {},
 		evict: func(*podEntry, string) {}, deleted: func(types.UID) {}, kubeletRecord: o.KubeletRecord, podResources: o.PodResources, strangers: map[string]bool{}, dropped: map[types.UID]map[string]bool{},
+		mig:   o.MIG,
 		table: newDeviceTable(o.Cards, o.Shares),
 		pods:  map[types.UID]*podEntry{}, byKey: map[string]types.UID{},
 		local:    map[types.UID]map[string]annotations.ContainerAllocation{},
@@ -523,6 +532,7 @@ func (p *Plugin) allocate(ctx context.Context, res corev1.ResourceName, req *plu
 		holders, _ = p.lockWhenVisible(ctx, res, list, p.cacheWait, ready)
 	}
 	served, toRecord, aerr := p.serveLocked(res, holders, req, resp)
+	p.flushInventory()
 	if aerr != nil {
 		p.metrics.allocated(res, string(aerr.Reason), time.Since(start))
 		var ids [][]string
@@ -594,6 +604,9 @@ func (p *Plugin) serveLocked(res corev1.ResourceName, holders []holder, req *plu
 			if o.Certain {
 				aerr.Admitted = o.Owner.Pod
 			}
+		}
+		if aerr == nil {
+			_, aerr = p.createLocked(o)
 		}
 		if aerr != nil {
 			if aerr.Admitted != nil {

@@ -268,6 +268,12 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("no kernel memory limits", logging.KeyReason, why)
 	}
 
+	// Dynamic MIG: the plugin creates and destroys instances at the placements the extender chose.
+	var migControl nvidia.MIGControl
+	if ul, ok := lib.(nvidia.UUIDLibrary); ok && len(cfg.MIGDynamicProfiles) > 0 {
+		migControl = nvidia.Initialised{Lib: lib, Control: nvidia.MIG{Lib: ul}}
+	}
+
 	m := newMetrics()
 	// PodResources, asked at GetPreferredAllocation and Allocate which pod is being admitted
 	// (admitting.go); the connection is made on first use, and again after a kubelet restart.
@@ -277,7 +283,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer prConn.Close()
 	p := newPlugin(pluginOptions{PodResources: podresourcesapi.NewPodResourcesListerClient(prConn), Node: cfg.NodeName, Names: cfg.Names, SchedulerNames: []string{cfg.SchedulerName, cfg.ExactSchedulerName}, Cards: cards, Links: cardLinks, Shares: cfg.Shares, Topology: cfg.Topology,
-		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, MemoryLimiter: limiter, MemoryBackend: backend, Log: log.WithName("plugin"), Metrics: m,
+		DeviceList: cfg.DeviceList, Sharing: cfg.Sharing, MemoryLimiter: limiter, MemoryBackend: backend, Log: log.WithName("plugin"), Metrics: m, MIG: migControl,
 		KubeletRecord: func() (kubeletrecord.Record, error) {
 			return kubeletrecord.Read(filepath.Join(cfg.DevicePluginDir, kubeletrecord.CheckpointFile))
 		}})
@@ -556,5 +562,6 @@ func reconcileOnce(ctx context.Context, p *Plugin, lister podResourcesLister, en
 	for _, uid := range p.applyPodResources(resp) {
 		enqueue(uid)
 	}
+	p.reclaim(resp)
 	return nil
 }

@@ -64,19 +64,31 @@ func NewCards(nodes map[string]annotations.Inventory) *Cards {
 		onNode := map[string]int{}
 		for i := range inv.GPUs {
 			g := &inv.GPUs[i]
-			if g.MIG != nil {
-				for _, in := range g.MIG.Instances {
-					key := annotations.MIGProfileKey(in.Profile)
-					k, ok := byProfile[key]
-					if !ok {
-						k = len(c.profiles)
-						byProfile[key] = k
-						c.profiles = append(c.profiles, profileInstances{key: key})
+			add := func(profile, uuid string) {
+				key := annotations.MIGProfileKey(profile)
+				k, ok := byProfile[key]
+				if !ok {
+					k = len(c.profiles)
+					byProfile[key] = k
+					c.profiles = append(c.profiles, profileInstances{key: key})
+				}
+				p := &c.profiles[k]
+				p.instances = append(p.instances, migRef{uuid: uuid, parent: g.UUID, model: g.Model})
+				onNode[key]++
+				p.maxPerNode = max(p.maxPerNode, onNode[key])
+			}
+			switch {
+			case g.MIG != nil && g.MIG.DynamicV == annotations.MIGDynamicVersion && len(g.MIG.Dynamic) > 0:
+				// A dynamic MIG card serves its allowed profiles' placements (its instances are
+				// only what is occupied): each placement counts as an instance of its profile.
+				for _, d := range g.MIG.Dynamic {
+					for _, s := range d.Starts {
+						add(d.Profile, annotations.MIGPlacementID(g.UUID, d.Profile, s))
 					}
-					p := &c.profiles[k]
-					p.instances = append(p.instances, migRef{uuid: in.UUID, parent: g.UUID, model: g.Model})
-					onNode[key]++
-					p.maxPerNode = max(p.maxPerNode, onNode[key])
+				}
+			case g.MIG != nil:
+				for _, in := range g.MIG.Instances {
+					add(in.Profile, in.UUID)
 				}
 			}
 			ref := cardRef{uuid: g.UUID, model: g.Model, memMiB: g.MemoryMiB}

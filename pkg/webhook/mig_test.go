@@ -310,3 +310,26 @@ func TestValidateTemplateMIG(t *testing.T) {
 		t.Errorf("ValidateTemplate of a MIG template = %q, %v; want admitted without warnings", warnings, err)
 	}
 }
+
+// A card of a dynamic MIG pool serves its allowed profiles' placements: they count as instances of
+// their profile (none of its instances does: they are what is occupied), so a pod asking a
+// profile no instance has yet gets no warning.
+func TestCardsDynamicMIG(t *testing.T) {
+	g := annotations.GPU{UUID: "GPU-d", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Shares: 1, MIG: &annotations.MIG{Mode: annotations.MIGEnabled,
+		Instances: []annotations.MIGInstance{{UUID: "MIG-x", Profile: "2g.20gb", Start: 0, Size: 2, Healthy: true}},
+		DynamicV:  annotations.MIGDynamicVersion, Dynamic: []annotations.MIGDynamicProfile{
+			{Profile: "3g.40gb", Size: 4, Starts: []int{0, 4}}, {Profile: "1g.10gb", Size: 1, Starts: []int{0, 1, 2, 3, 4, 5, 6}}}}}
+	cards := NewCards(map[string]annotations.Inventory{"node-d": {V: 1, GPUs: []annotations.GPU{g}}})
+	for key, want := range map[string]int{"3g.40gb": 2, "1g.10gb": 7, "2g.20gb": 0} {
+		if got := cards.MaxInstancesPerNode(key); got != want {
+			t.Errorf("MaxInstancesPerNode(%s) = %d, want %d", key, got, want)
+		}
+	}
+	sel := annotations.Selector{}
+	if !cards.FitsMIG(&sel, "3g.40gb") {
+		t.Error("FitsMIG(3g.40gb) = false on a dynamic card that allows it")
+	}
+	if cards.FitsMIG(&sel, "2g.20gb") {
+		t.Error("FitsMIG(2g.20gb) = true: the dynamic card does not allow it (its 2g.20gb instance is occupancy)")
+	}
+}

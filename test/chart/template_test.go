@@ -50,7 +50,7 @@ var agreedFlags = map[string][]string{
 		"health-ignored-xids", "health-reset-xids", "kubelet-config", "kubelet-poll-interval", "sysfs-root",
 		"device-list-strategy", "cdi-kind", "cdi-device-id-strategy", "cdi-annotation-prefix",
 		"sharing-mode", "sharing-check-interval", "mps-pipe-dir", "mps-shm-dir", "mps-tenant-dir", "mps-compute-mode", "hami-core-library", "hami-core-preload-dir", "hami-core-lock-dir",
-		"kernel-memory-limits", "cgroup-root"},
+		"kernel-memory-limits", "cgroup-root", "mig-dynamic-profiles"},
 }
 
 var commonFlags = []string{"resource-gpu", "resource-gpumem", "resource-gpumem-percentage", "resource-gpucores", "v", "log-format"}
@@ -562,6 +562,20 @@ func TestDevicePluginDaemonSet(t *testing.T) {
 		}
 		if r.has("ConfigMap", devicePluginName+"-simulated-nvml") {
 			t.Error("simulated-NVML ConfigMap rendered with simulate off")
+		}
+	})
+	t.Run("dynamic MIG", func(t *testing.T) {
+		r := render(t, map[string]any{"devicePlugin": map[string]any{"mig": map[string]any{"dynamicProfiles": []any{"1g.10gb", "3g.40gb", "1g.10gb+me"}}}})
+		c := container(t, get[*appsv1.DaemonSet](t, r, devicePluginName).Spec.Template.Spec, "device-plugin")
+		if got := flagsOf(t, c.Args)["mig-dynamic-profiles"]; got != "1g.10gb,3g.40gb,1g.10gb+me" {
+			t.Errorf("--mig-dynamic-profiles = %q, want the allow-list", got)
+		}
+		config := false
+		for _, e := range c.Env {
+			config = config || (e.Name == "NVIDIA_MIG_CONFIG_DEVICES" && e.Value == "all")
+		}
+		if !config || c.SecurityContext.Capabilities == nil || !slices.Contains(c.SecurityContext.Capabilities.Add, "SYS_ADMIN") {
+			t.Errorf("dynamic MIG on real cards: env %v, capabilities %+v; want NVIDIA_MIG_CONFIG_DEVICES=all and SYS_ADMIN", c.Env, c.SecurityContext.Capabilities)
 		}
 	})
 	t.Run("simulated NVML", func(t *testing.T) {

@@ -138,6 +138,8 @@ type MIGControl interface {
 	// Destroy destroys compute instance ci of GPU instance gi on card parent, then the GPU
 	// instance (nvml.ERROR_IN_USE while another compute instance or a process holds it).
 	Destroy(parent string, gi, ci int) error
+	// Instances describes the MIG devices of card parent as discovery does.
+	Instances(parent string) ([]MIGInstance, error)
 }
 
 // UUIDLibrary is a Library that finds cards by UUID. nvml.Interface satisfies it.
@@ -291,4 +293,47 @@ func (m MIG) Destroy(parent string, gi, ci int) error {
 		return fmt.Errorf("destroy GPU instance %d on %s: %w", gi, parent, ret)
 	}
 	return nil
+}
+
+// Instances implements MIGControl.
+func (m MIG) Instances(parent string) ([]MIGInstance, error) {
+	d, c, err := m.card(parent)
+	if err != nil {
+		return nil, err
+	}
+	return instances(d, c)
+}
+
+// Initialised is a MIGControl that initialises its NVML library around each call (NVML counts
+// its initialisations: the device plugin's health watch may hold one meanwhile).
+type Initialised struct {
+	Lib     Library
+	Control MIGControl
+}
+
+var _ MIGControl = Initialised{}
+
+func (i Initialised) with(f func() error) error {
+	if ret := i.Lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("initialise NVML: %w", ret)
+	}
+	defer func() { _ = i.Lib.Shutdown() }()
+	return f()
+}
+
+// Create implements MIGControl.
+func (i Initialised) Create(parent, profile string, start int) (in MIGInstance, err error) {
+	err = i.with(func() error { in, err = i.Control.Create(parent, profile, start); return err })
+	return in, err
+}
+
+// Destroy implements MIGControl.
+func (i Initialised) Destroy(parent string, gi, ci int) error {
+	return i.with(func() error { return i.Control.Destroy(parent, gi, ci) })
+}
+
+// Instances implements MIGControl.
+func (i Initialised) Instances(parent string) (out []MIGInstance, err error) {
+	err = i.with(func() error { out, err = i.Control.Instances(parent); return err })
+	return out, err
 }

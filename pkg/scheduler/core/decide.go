@@ -319,6 +319,9 @@ func (p *Plan) Assignment(n *NodeState) annotations.Assignment {
 			card := &n.Cards[d.Card]
 			ca.Devices[j] = annotations.DeviceAssignment{UUID: card.UUID, ID: card.DeviceID(d.Slot), MemoryMiB: d.MemMiB, Cores: d.Cores,
 				Parent: card.Parent, Profile: card.Profile}
+			if card.place != nil {
+				ca.Devices[j].Placement = &annotations.MIGPlacement{Start: card.place.start, Size: card.place.size}
+			}
 		}
 		a.Containers[i] = ca
 	}
@@ -453,6 +456,16 @@ func (p *Pod) Fit(n *NodeState, mix *TaskMix) (*Plan, *Reason) {
 
 // FitWith is Fit with the buffers of s: the returned plan is valid until s is used again.
 func (p *Pod) FitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
+	plan, r := p.fitWith(n, mix, s)
+	if r == nil && plan != nil && n.dynamic {
+		if why := n.validDynamicPlan(plan); why != "" {
+			return nil, &Reason{Kind: ReasonMIGPlacement, Detail: why}
+		}
+	}
+	return plan, r
+}
+
+func (p *Pod) fitWith(n *NodeState, mix *TaskMix, s *Scratch) (*Plan, *Reason) {
 	f := &s.f
 	f.pod, f.node, f.mix = p, n, mix
 	f.frag.fit++
@@ -752,6 +765,9 @@ func (f *fit) reuse(c *annotations.ContainerRequest, mine []int) ([]int, *Reason
 // cardScore runs the card strategy on the scratch's CardInput (no allocation per card).
 func (f *fit) cardScore(card *Card, before, after Usage, c *annotations.ContainerRequest) float64 {
 	f.in = CardInput{Node: f.node, Card: card, Before: before, After: after, Request: c, Mix: f.mix, Host: f.pod.Host, frag: &f.frag}
+	if card.place != nil {
+		return f.dynamicScore(f.node.byUUID[card.UUID])
+	}
 	if card.Instance() {
 		// This pod's earlier devices on the parent count as held.
 		var extra int64
@@ -812,6 +828,8 @@ func (f *fit) fits(c *annotations.ContainerRequest, i int) bool {
 		return false
 	case overMPSSlot(f.node, c, card):
 		return false
+	case card.place != nil:
+		return card.Held+e.Held == 0 && f.dynamicFits(i)
 	case c.Exclusive():
 		return card.Held+e.Held == 0
 	}

@@ -1,11 +1,13 @@
 package core
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
+	"github.com/cardinal-gpu/cardinal/pkg/migplace"
 )
 
 // TaskClass is one kind of GPU request the cluster has seen, with how often.
@@ -93,6 +95,10 @@ type TaskMix struct {
 	// half of one counted now, so classes the cluster stopped asking for fade and make room. The
 	// policy reads only weights relative to Total, which aging leaves consistent.
 	HalfLife float64
+
+	// mig counts the MIG instances asked for, by profile key (dynamic MIG's placement choice
+	// reads them: MIGDemand); not aged.
+	mig map[string]float64
 
 	index map[classKey]int // Classes by key; rebuilt when nil
 	step  float64          // the weight of one container now (aging grows it; 0 means 1)
@@ -194,8 +200,36 @@ func (m *TaskMix) AddPod(req *annotations.PodRequest, sel *annotations.Selector)
 	for i := range req.Containers {
 		if !req.Containers[i].MIG() {
 			m.Add(ClassOf(&req.Containers[i], sel), 1)
+		} else {
+			m.addMIG(&req.Containers[i])
 		}
 	}
+}
+
+// addMIG counts the instances a MIG container asks for.
+func (m *TaskMix) addMIG(c *annotations.ContainerRequest) {
+	if m.mig == nil {
+		m.mig = map[string]float64{}
+	}
+	m.mig[c.MIGProfile] += float64(c.Count)
+}
+
+// MIGDemand is the mix of MIG profiles asked for (profile keys, by count), sorted by key; nil for
+// a nil mix or one without MIG requests.
+func (m *TaskMix) MIGDemand() []migplace.Demand {
+	if m == nil || len(m.mig) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m.mig))
+	for k := range m.mig {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]migplace.Demand, len(keys))
+	for i, k := range keys {
+		out[i] = migplace.Demand{Profile: k, Weight: m.mig[k]}
+	}
+	return out
 }
 
 // AddPodHost is AddPod for a pod that also asks its node for CPU and memory: each GPU container's
@@ -203,6 +237,7 @@ func (m *TaskMix) AddPod(req *annotations.PodRequest, sel *annotations.Selector)
 func (m *TaskMix) AddPodHost(req *annotations.PodRequest, sel *annotations.Selector, host HostRequest) {
 	for i := range req.Containers {
 		if req.Containers[i].MIG() {
+			m.addMIG(&req.Containers[i])
 			continue
 		}
 		t := ClassOf(&req.Containers[i], sel)
@@ -216,7 +251,7 @@ func (m *TaskMix) Clone() *TaskMix {
 	if m == nil {
 		return nil
 	}
-	c := &TaskMix{Total: m.Total, Classes: slices.Clone(m.Classes), HalfLife: m.HalfLife, step: m.step}
+	c := &TaskMix{Total: m.Total, Classes: slices.Clone(m.Classes), HalfLife: m.HalfLife, step: m.step, mig: maps.Clone(m.mig)}
 	c.frag.build(c)
 	return c
 }

@@ -96,6 +96,10 @@ const (
 	// whole now, or whose plan holds another node for the pod; Detail says which and why. It is
 	// made by the extender's cache, never by Fit.
 	ReasonGroup
+	// ReasonMIGPlacement: the dynamic MIG placements chosen for the pod's containers one by one
+	// cannot all be created on their card together (Detail says which and why); never made for a
+	// pod of one MIG container, whose placements are checked together.
+	ReasonMIGPlacement
 )
 
 // CardProblem says why a card the kubelet hands a container outright cannot serve it.
@@ -257,6 +261,8 @@ func (r *Reason) String() string {
 		fmt.Fprintf(&b, "an earlier binding to node %s may still commit; waiting for it to settle", r.Detail)
 	case ReasonGroup:
 		b.WriteString(r.Detail)
+	case ReasonMIGPlacement:
+		b.WriteString("dynamic MIG: " + r.Detail)
 	case ReasonKubeletRefuses:
 		if r.Kubelet == nil {
 			b.WriteString("the node's kubelet would refuse the pod")

@@ -47,6 +47,12 @@ type Card struct {
 	parent             int
 	weight             int64
 	migWeight, migHeld int64
+	// place is where a dynamic MIG placement sits (nil on other cards); blocked counts the
+	// instances and held placements that overlap it (dynmig.go). On a dynamic parent, dynFirst
+	// and dynEnd bound its placement cards in NodeState.Cards (dynEnd 0: not dynamic).
+	place            *dynamicPlacement
+	blocked          int32
+	dynFirst, dynEnd int
 }
 
 // Instance reports whether the card is a MIG instance.
@@ -153,8 +159,11 @@ type NodeState struct {
 	// Models summarises the cards for people, e.g. "2x NVIDIA A40, 1x Tesla T4"; cards in MIG mode
 	// are counted apart ("2x NVIDIA A100-SXM4-80GB in MIG mode") and their instances not at all.
 	Models string
-	// MIG is the number of MIG instances among Cards (0: the node has none).
+	// MIG is the number of MIG instances among Cards (0: the node has none), dynamic placements
+	// included.
 	MIG int
+	// dynamic is set when a card of the node is in a dynamic MIG pool (dynmig.go).
+	dynamic bool
 	// Host is the node's CPU and memory, when known (zero: unknown, and then ignored).
 	Host HostState
 	// Kubelet is the node's kubelet topology as its inventory reports it (nil: not reported, the
@@ -348,6 +357,11 @@ func NewNodeState(name string, inv annotations.Inventory) *NodeState {
 	// kubelet model reads it), parent by parent in the inventory's order.
 	for i := range inv.GPUs {
 		if m := inv.GPUs[i].MIG; m != nil && m.Mode == annotations.MIGEnabled {
+			if dynamicCard(&inv.GPUs[i]) {
+				n.addPlacements(i, m)
+				n.dynamic = true
+				continue
+			}
 			n.addInstances(i, m.Instances)
 		}
 	}
@@ -402,6 +416,14 @@ func (n *NodeState) addInstances(p int, ins []annotations.MIGInstance) {
 		g := annotations.GPU{UUID: in.UUID, Index: parent.Index, Model: parent.Model, MemoryMiB: in.MemoryMiB,
 			NUMA: parent.NUMA, Healthy: in.Healthy, Shares: 1}
 		n.byUUID[in.UUID] = len(n.Cards)
+		// A pod given this instance while its card was in a dynamic pool holds it by its placement
+		// ID (dynmig.go): that ID names the instance too, so that a pool moved back to static MIG
+		// never offers a running pod's instance to another.
+		if alias := annotations.MIGPlacementID(parent.UUID, in.Profile, in.Start); in.Size > 0 {
+			if _, dup := n.byUUID[alias]; !dup {
+				n.byUUID[alias] = len(n.Cards)
+			}
+		}
 		n.Cards = append(n.Cards, Card{GPU: g, Parent: parent.UUID, Profile: in.Profile, ProfileKey: annotations.MIGProfileKey(in.Profile),
 			modelLower: parent.modelLower, refs: make([]int32, 1), parent: p, weight: w})
 		n.MIG++
@@ -455,7 +477,13 @@ func (n *NodeState) Utilization() float64 {
 	sum, healthy := 0.0, 0.0
 	for i := range n.Cards {
 		c := &n.Cards[i]
-		if c.Healthy {
+		switch {
+		case c.place != nil:
+			// Counted on its parent.
+		case c.dynEnd > 0:
+			sum += n.dynamicUse(i, nil)
+			healthy++
+		case c.Healthy:
 			w := n.cardWeight(c)
 			sum += w * c.Utilization(c.Usage)
 			healthy += w
@@ -487,7 +515,7 @@ func (n *NodeState) freeInstances(extra []Usage) string {
 	var groups []group
 	for i := range n.Cards {
 		c := &n.Cards[i]
-		if !c.Instance() || !c.Healthy || c.Held > 0 || n.Cards[c.parent].Held > 0 || (i < len(extra) && extra[i].Held > 0) {
+		if !c.Instance() || !c.Healthy || c.Held > 0 || c.blocked > 0 || n.Cards[c.parent].Held > 0 || (i < len(extra) && extra[i].Held > 0) {
 			continue
 		}
 		gi := slices.IndexFunc(groups, func(g group) bool { return g.profile == c.Profile && g.parent == c.Parent })
@@ -563,6 +591,9 @@ func (n *NodeState) change(h Holding, sign int) bool {
 	}
 	if c.Instance() && (c.Held > 0) != (c.Held+sign > 0) {
 		n.Cards[c.parent].migHeld += int64(sign) * c.weight
+		if c.place != nil {
+			n.holdPlacement(i, int32(sign))
+		}
 	}
 	c.Held += sign
 	c.MemMiB += int64(sign) * h.MemMiB

@@ -103,7 +103,12 @@ func utilizationAfter(in *NodeInput) float64 {
 	sum, healthy := 0.0, 0.0
 	for i := range in.Node.Cards {
 		c := &in.Node.Cards[i]
-		if !c.Healthy {
+		if c.dynEnd > 0 {
+			sum += in.Node.dynamicUse(i, in.After)
+			healthy++
+			continue
+		}
+		if !c.Healthy || c.place != nil {
 			continue
 		}
 		w := in.Node.cardWeight(c)
