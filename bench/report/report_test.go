@@ -90,6 +90,9 @@ func TestRowsVerdicts(t *testing.T) {
 		{Name: "BenchmarkFilterPrioritize/nodes=5000/names=500/state=patterns", Metrics: map[string]float64{"p50-µs": 300, "p99-µs": 600}},
 		// 140 / 200 = 0.70: meets exactly.
 		{Name: "BenchmarkS2", Metrics: map[string]float64{"cardinal-pods/s": 140, "plain-pods/s": 200, "ratio": 0.70, "nodes": 1000, "pods": 5000}},
+		// S2 at other sizes: 100 nodes shows growth only; 5000 nodes carries the target (0.65 misses).
+		{Name: "BenchmarkS2Scale/nodes=100", Metrics: map[string]float64{"cardinal-pods/s": 300, "plain-pods/s": 600, "ratio": 0.5, "nodes": 100, "pods": 800}},
+		{Name: "BenchmarkS2Scale/nodes=5000", Metrics: map[string]float64{"cardinal-pods/s": 130, "plain-pods/s": 200, "ratio": 0.65, "nodes": 5000, "pods": 5000}},
 		// 1 bind error misses although 2.1 s ≤ 5 s.
 		{Name: "BenchmarkS3", Metrics: map[string]float64{"all-bound-s": 2.1, "bind-errors": 1, "bound": 32, "pods": 64}},
 		{Name: "BenchmarkAllocate/devices=8", Metrics: map[string]float64{"p50-µs": 40, "p99-µs": 120}},
@@ -103,6 +106,7 @@ func TestRowsVerdicts(t *testing.T) {
 	want := []verdict{
 		{"S1", Meets}, {"S1", Misses}, {"S1", Misses}, {"S1", Info},
 		{"S2", Meets}, {"S2", Info}, {"S2", Info}, {"S2", Info},
+		{"S2", Info}, {"S2", Info}, {"S2", Misses}, {"S2", Info},
 		{"S3", Misses},
 		{"S4", NoRun},
 		{"S5", Meets},

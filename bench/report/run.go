@@ -87,7 +87,7 @@ type step struct {
 func steps() []step {
 	return []step{
 		{scenario: "S1", pkg: "./pkg/scheduler", bench: "^Benchmark(Filter|FilterPrioritize)$", benchtime: "1000x", timeout: 30 * time.Minute},
-		{scenario: "S2", pkg: "./bench/scenario", bench: "^BenchmarkS2$", benchtime: "1x", timeout: 60 * time.Minute, scenarioArgs: true},
+		{scenario: "S2", pkg: "./bench/scenario", bench: "^BenchmarkS2(Scale)?$", benchtime: "1x", timeout: 80 * time.Minute, scenarioArgs: true},
 		{scenario: "S3", pkg: "./bench/scenario", bench: "^BenchmarkS3$", benchtime: "1x", timeout: 30 * time.Minute, scenarioArgs: true},
 		{scenario: "S4", pkg: "./pkg/webhook", bench: "^BenchmarkAdmission$", benchtime: "2000x", timeout: 10 * time.Minute},
 		{scenario: "S4", pkg: "./test/integration/webhook", bench: "^BenchmarkAdmissionThroughAPIServer$", benchtime: "1x", timeout: 20 * time.Minute},

@@ -83,6 +83,7 @@ func Rows(results []Result) []Row {
 	var rows []Row
 	rows = append(rows, s1Rows(results, ix)...)
 	rows = append(rows, s2Rows(ix)...)
+	rows = append(rows, s2ScaleRows(results)...)
 	rows = append(rows, s3Rows(ix)...)
 	rows = append(rows, s4Rows(ix)...)
 	rows = append(rows, s5Rows(results)...)
@@ -170,6 +171,28 @@ func s2Rows(ix index) []Row {
 		{Scenario: "S2", What: "CPU seconds per phase, kube-scheduler start → last binding (all share the machine's cores)",
 			Measured: fmt.Sprintf("Cardinal: %s; plain: %s", cpuLine(m, "cardinal"), cpuLine(m, "plain")), Target: "(reported)", Verdict: Info},
 	}
+}
+
+// s2ScaleRows are BenchmarkS2Scale's runs (S2 at other node counts), by node count: pods/s and
+// ratio (the ≥ 70 % target holds at every size from 1000 nodes), and the CPU split.
+func s2ScaleRows(results []Result) []Row {
+	var rows []Row
+	for _, r := range results {
+		if !strings.HasPrefix(r.Name, "BenchmarkS2Scale/") {
+			continue
+		}
+		m := r.Metrics
+		size := fmt.Sprintf("%.0f API-only nodes × 8 GPUs, %.0f one-GPU pods", m["nodes"], m["pods"])
+		row := Row{Scenario: "S2", What: "pods/s bound, Cardinal vs plain kube-scheduler (" + size + ")",
+			Measured: fmt.Sprintf("Cardinal %.1f pods/s, plain %.1f pods/s", m["cardinal-pods/s"], m["plain-pods/s"]),
+			Target:   "(shows growth)", Verdict: Info, Ratio: fmt.Sprintf("%.0f %% of plain", 100*m["ratio"])}
+		if m["nodes"] >= 1000 {
+			row.Target, row.Verdict = "≥ 70 % of plain", atLeast(m["ratio"], 0.70)
+		}
+		rows = append(rows, row, Row{Scenario: "S2", What: "CPU seconds per phase (" + size + ")",
+			Measured: fmt.Sprintf("Cardinal: %s; plain: %s", cpuLine(m, "cardinal"), cpuLine(m, "plain")), Target: "(reported)", Verdict: Info})
+	}
+	return rows
 }
 
 // cpuLine lists the phase's CPU seconds by component.

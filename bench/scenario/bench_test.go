@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"flag"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -43,9 +44,24 @@ func params(b *testing.B) Params {
 // kube-scheduler's scheduling-attempt p99 for both. Run with -benchtime 1x.
 func BenchmarkS2(b *testing.B) {
 	p := params(b)
+	reportS2(b, p.S2)
+}
+
+// BenchmarkS2Scale is S2 at each of the size's other node counts (Params.S2Scale), one
+// sub-benchmark per count, named nodes=N. Run with -benchtime 1x.
+func BenchmarkS2Scale(b *testing.B) {
+	p := params(b)
+	for _, sh := range p.S2Scale {
+		cfg := p.S2
+		cfg.Nodes, cfg.Pods = sh.Nodes, sh.Pods
+		b.Run(fmt.Sprintf("nodes=%d", sh.Nodes), func(b *testing.B) { reportS2(b, cfg) })
+	}
+}
+
+func reportS2(b *testing.B, cfg S2Config) {
 	var r S2Result
 	for range b.N {
-		r = S2(b, p.S2)
+		r = S2(b, cfg)
 	}
 	for _, ph := range []S2Phase{r.Plain, r.Cardinal} {
 		b.ReportMetric(ph.PodsPerSecond, ph.Scheduler+"-pods/s")
@@ -59,8 +75,8 @@ func BenchmarkS2(b *testing.B) {
 		}
 	}
 	b.ReportMetric(r.Ratio, "ratio")
-	b.ReportMetric(float64(p.S2.Nodes), "nodes")
-	b.ReportMetric(float64(p.S2.Pods), "pods")
+	b.ReportMetric(float64(cfg.Nodes), "nodes")
+	b.ReportMetric(float64(cfg.Pods), "pods")
 }
 
 // BenchmarkS3 reports the time from the first create to the last fitting pod bound, and the bind
