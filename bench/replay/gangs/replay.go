@@ -124,9 +124,10 @@ type replay struct {
 // pod Running. A job runs from the moment all its pods are bound, for its Duration, then its pods
 // are deleted. The run ends when no job is left to arrive and none runs.
 //
-// Two shortcuts change no outcome: within one pass (the cluster only fills up), a pod or a group
-// of the same shape as one that found no place is not asked about again; and after a gang's first
-// member found no place its other members are not filtered (each would get the same answer).
+// Shortcuts that change no outcome (see pass): within one pass the cluster only fills up, so a
+// pod or group is not asked about when one of the same row with no more pods found no place in
+// that pass, and after a gang's first member found no place its other members are not filtered
+// (each would get the same answer).
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	r := &replay{ctx: ctx, cfg: &cfg, pods: map[string]*corev1.Pod{}, jobOf: map[string]int{}}
@@ -329,26 +330,27 @@ func (r *replay) create(j *Job) int {
 	return ji
 }
 
-// shape is what decides whether a pod (or a whole group) fits: its row and, for a group, its size.
-type shape struct {
-	row  *trace.Pod
-	size int
-}
-
 // pass schedules the pods of the jobs list (job indexes, oldest first) and returns the jobs still
 // not running.
+//
+// Within a pass the cluster only fills up, so what found no place finds none later in the same
+// pass: after a pod of a row (alone, or as a group's first member) found no place, no pod of that
+// row is asked about again; after a group of n pods of a row found no place, no group of that row
+// with n pods or more is (the extender plans identical members one after the other, each by the
+// same rule, so a larger group's first n members meet the same end).
 func (r *replay) pass(list []int) ([]int, error) {
-	failed := map[shape]bool{}
+	failed := map[*trace.Pod]int{} // row → the fewest pods that found no place
 	out := list[:0]
 	for _, ji := range list {
 		js := &r.jobs[ji]
-		key := shape{row: js.job.Row}
+		row := js.job.Row
 		_, group := r.pods[js.pods[0]].Labels[annotations.PodGroupName]
+		size := 1
 		if group {
-			key.size = js.job.Size
+			size = js.job.Size
 		}
 		for i, name := range js.pods {
-			if failed[key] {
+			if least, ok := failed[row]; ok && size >= least {
 				break
 			}
 			if r.pods[name].Spec.NodeName != "" {
@@ -362,7 +364,7 @@ func (r *replay) pass(list []int) ([]int, error) {
 				if group && i > 0 && js.bound > 0 {
 					return nil, fmt.Errorf("member %s of a planned group found no place", name)
 				}
-				failed[key] = true
+				failed[row] = size // smaller than any before: larger ones were skipped
 			}
 		}
 		if js.bound == js.job.Size {
