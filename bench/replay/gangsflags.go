@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cardinal-gpu/cardinal/bench/replay/gangs"
@@ -35,18 +33,12 @@ type gangFlags struct {
 func runGangs(ctx context.Context, f gangFlags) error {
 	jc := gangs.DefaultJobConfig()
 	jc.Jobs, jc.GangShare, jc.Load = f.jobs, f.share, f.load
-	lo, hi, ok := strings.Cut(f.size, "-")
-	var err1, err2 error
-	jc.MinGang, err1 = strconv.Atoi(strings.TrimSpace(lo))
-	jc.MaxGang, err2 = strconv.Atoi(strings.TrimSpace(hi))
-	if !ok || err1 != nil || err2 != nil {
-		return fmt.Errorf("--gang-size: %q is not a range like 2-8", f.size)
+	var err error
+	if jc.MinGang, jc.MaxGang, err = gangs.ParseSizes(f.size); err != nil {
+		return fmt.Errorf("--gang-size: %w", err)
 	}
-	lo, hi, ok = strings.Cut(f.duration, "-")
-	jc.MinDuration, err1 = time.ParseDuration(strings.TrimSpace(lo))
-	jc.MaxDuration, err2 = time.ParseDuration(strings.TrimSpace(hi))
-	if !ok || err1 != nil || err2 != nil {
-		return fmt.Errorf("--gang-duration: %q is not a range of durations like 10m-4h", f.duration)
+	if jc.MinDuration, jc.MaxDuration, err = gangs.ParseDurations(f.duration); err != nil {
+		return fmt.Errorf("--gang-duration: %w", err)
 	}
 	if f.keep < 0 {
 		return fmt.Errorf("--gang-nodes: %d is negative", f.keep)

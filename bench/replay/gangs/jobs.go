@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cardinal-gpu/cardinal/bench/replay/trace"
@@ -143,4 +145,34 @@ func EveryKth(nodes []trace.Node, keep int) []trace.Node {
 		out = append(out, nodes[i])
 	}
 	return out
+}
+
+// ParseSizes reads a range of gang sizes, "2-8", or one size, "4" (the --gang-size flag). The
+// range itself is checked by BuildJobs.
+func ParseSizes(s string) (lo, hi int, err error) {
+	a, b, isRange := strings.Cut(s, "-")
+	if !isRange {
+		b = a
+	}
+	lo, err1 := strconv.Atoi(strings.TrimSpace(a))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("gang size %q: want a whole number or a range such as 2-8", s)
+	}
+	return lo, hi, nil
+}
+
+// ParseDurations reads a range of run times, "10m-4h", or one, "1h" (the --gang-duration flag), in
+// Go's duration syntax. The range itself is checked by BuildJobs.
+func ParseDurations(s string) (lo, hi time.Duration, err error) {
+	a, b, isRange := strings.Cut(s, "-")
+	if !isRange {
+		b = a
+	}
+	lo, err1 := time.ParseDuration(strings.TrimSpace(a))
+	hi, err2 := time.ParseDuration(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("run time %q: want a duration or a range such as 10m-4h", s)
+	}
+	return lo, hi, nil
 }
