@@ -94,7 +94,7 @@ BENCH_SIZE      ?= small
 BENCH_S6_WINDOW ?=
 BENCH_ONLY      ?=
 
-.PHONY: bench replay links migplace
+.PHONY: bench replay links migplace gangs
 # The four traces, then five blends of them, under frag-aware and BestFit, with CPU-only pods routed
 # through Cardinal and not, 10 seeds each (about 25 minutes on 2 cores); REPLAY_FLAGS replaces it all.
 REPLAY_TRACE_DIR := testdata/traces/alibaba-gpu-v2023
@@ -111,6 +111,11 @@ endif
 
 links: ## Print S9's table: multi-card pods given all-NVLink cards, Cardinal vs card binpack vs kubelet-time picking (LINKS_FLAGS, e.g. --seeds 10).
 	$(GO) run ./bench/links $(LINKS_FLAGS)
+
+# The recorded run of bench/results/gangs-*.md (about 10 minutes on 2 cores); GANGS_FLAGS replaces it.
+GANGS_FLAGS ?= --seeds 42-44 --gang-jobs 2000 --gang-nodes 200 --gang-load 1.2 --policies frag-aware --per-seed
+gangs: ## Print the pod-group table: jobs completed, deadlocked, GPU-hours held by partly placed jobs, all-or-nothing vs per-pod placement of a seeded gang mix drawn from the Alibaba trace (GANGS_FLAGS).
+	$(GO) run ./bench/replay --gangs $(GANGS_FLAGS)
 
 migplace: ## Print the MIG placement table: requests served by frag-aware vs first-fit placement on A100-80GB cards (MIGPLACE_FLAGS, e.g. --seeds 10).
 	$(GO) run ./bench/migplace $(MIGPLACE_FLAGS)

@@ -4,6 +4,9 @@
 // fragmentation at 90 % arrival (mean ± sd over seeds). See bench/replay/sim for the protocol.
 //
 //	go run ./bench/replay --policies binpack,spread/binpack,frag-aware
+//
+// With --gangs it compares all-or-nothing placement of pod groups with per-pod placement on a
+// synthetic gang mix drawn from the trace (bench/replay/gangs).
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/cardinal-gpu/cardinal/bench/replay/gangs"
 	"github.com/cardinal-gpu/cardinal/bench/replay/sim"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 )
@@ -62,6 +66,13 @@ func run() error {
 	format := fs.String("format", string(sim.FormatText), `output: "text" (aligned table) or "markdown"`)
 	perSeed := fs.Bool("per-seed", false, "also print one line per seed")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file")
+	gangMode := fs.Bool("gangs", false, `replay jobs of several pods instead (bench/replay/gangs): each seed draws a job list from the first --pods list (a whole-card row becomes a gang with chance --gang-share, of --gang-size pods; other GPU rows one pod; CPU-only rows left out) and replays it through the extender's Server twice, pods of a gang placed all or nothing (Kueue's pod-group keys) and per pod; prints jobs completed, deadlocked jobs, GPU-hours held by partly placed jobs, pods pending. Uses the first pair of --policies and the --seeds`)
+	gangJobs := fs.Int("gang-jobs", gangs.DefaultJobConfig().Jobs, "with --gangs: jobs per seed")
+	gangShare := fs.Float64("gang-share", gangs.DefaultJobConfig().GangShare, "with --gangs: the chance a whole-card row becomes a gang")
+	gangSize := fs.String("gang-size", "2-8", "with --gangs: a gang's pods, drawn uniformly in this range")
+	gangLoad := fs.Float64("gang-load", gangs.DefaultJobConfig().Load, "with --gangs: offered load, the GPU-time the jobs ask for over their arrival window as a fraction of the cluster's cards")
+	gangDuration := fs.String("gang-duration", "10m-4h", "with --gangs: a job's run time, drawn log-uniformly in this range (Go durations)")
+	gangNodes := fs.Int("gang-nodes", 0, "with --gangs: use every k-th node of the node list by name so that about this many remain (0: all)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -93,6 +104,12 @@ func run() error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *gangMode {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runGangs(ctx, gangFlags{nodes: *nodes, pods: *pods, pair: pairs[0], seeds: seedList, jobs: *gangJobs, share: *gangShare,
+			size: *gangSize, load: *gangLoad, duration: *gangDuration, keep: *gangNodes, numaSplit: *numaSplit, shares: *shares, perSeed: *perSeed})
 	}
 	var protocols []sim.CPUPodPolicy
 	for _, p := range *cpuPods {
