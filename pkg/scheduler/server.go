@@ -810,6 +810,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "cardinal_extender_sample_misses_total",
 		Help: "Filters of a pod of the sampling profile where no node kube-scheduler sampled fits and nodes outside the sample do, by outcome: retried (each refusal notes the miss, so kube-scheduler tries another sample at once, and preemption frees nothing for the pod) or refused (the pod's misses ran out; plain refusals).",
 	}, []string{"outcome"})
+	for _, outcome := range []string{"retried", "refused"} {
+		m.sampleMisses.WithLabelValues(outcome) // exposed at 0 before the first miss
+	}
 	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.groupsExpired, m.shortlists, m.panics, m.draMapped, m.sampleMisses)
 	return m
 }

@@ -239,8 +239,10 @@ func ownedBy(name string) func(*unstructured.Unstructured) bool {
 }
 
 // checkPlaced checks that every named pod runs on node, on cards of model (the kubelet's record
-// equals Cardinal's assignment), with the flavor's node selector Kueue put on it.
-func (k *kueueEnv) checkPlaced(t *testing.T, pods []string, node, model, label string) {
+// equals Cardinal's assignment), with the flavor's node selector Kueue put on it, sent by the webhook
+// to the Cardinal profile profile (a Job's whole-card pods: the sampling one; a pod group's: the
+// exact one).
+func (k *kueueEnv) checkPlaced(t *testing.T, pods []string, node, model, label, profile string) {
 	t.Helper()
 	k.waitRunning(t, pods...)
 	held := k.truth(t, pods...)
@@ -252,8 +254,8 @@ func (k *kueueEnv) checkPlaced(t *testing.T, pods []string, node, model, label s
 		if got := p.Spec.NodeSelector[gpuProduct]; got != label {
 			t.Errorf("%s has node selector %s=%q, want %q (Kueue's flavor)", name, gpuProduct, got, label)
 		}
-		if p.Spec.SchedulerName != "cardinal-scheduler" {
-			t.Errorf("%s has scheduler %q, want cardinal-scheduler", name, p.Spec.SchedulerName)
+		if p.Spec.SchedulerName != profile {
+			t.Errorf("%s has scheduler %q, want %s", name, p.Spec.SchedulerName, profile)
 		}
 		h, ok := held[name+"/main"]
 		if !ok || len(h.Cards) != 1 {
@@ -273,7 +275,7 @@ func testKueueJobs(t *testing.T, k *kueueEnv) {
 		t.Fatalf("create job train-1: %v", err)
 	}
 	first := k.waitJobPods(t, "train-1", 4)
-	k.checkPlaced(t, first, nodeA, "A100", "NVIDIA-A100-SXM4-80GB")
+	k.checkPlaced(t, first, nodeA, "A100", "NVIDIA-A100-SXM4-80GB", "cardinal-scheduler")
 
 	// 4 more cards would make 8 of a quota of 6: Kueue keeps the second Job suspended, so it has no
 	// pod at all (node-a has 4 free A100s: the cards are not what holds it).
@@ -309,7 +311,7 @@ func testKueueJobs(t *testing.T, k *kueueEnv) {
 		t.Fatalf("delete job train-1: %v", err)
 	}
 	second := k.waitJobPods(t, "train-2", 4)
-	k.checkPlaced(t, second, nodeA, "A100", "NVIDIA-A100-SXM4-80GB")
+	k.checkPlaced(t, second, nodeA, "A100", "NVIDIA-A100-SXM4-80GB", "cardinal-scheduler")
 }
 
 func testKueuePodGroup(t *testing.T, k *kueueEnv) {
@@ -342,7 +344,7 @@ func testKueuePodGroup(t *testing.T, k *kueueEnv) {
 	// The third comes: Kueue admits the group whole, Cardinal places it whole.
 	k.create(t, member(2))
 	pods := []string{"kg-0", "kg-1", "kg-2"}
-	k.checkPlaced(t, pods, "node-b", "H100", "NVIDIA-H100-80GB-HBM3")
+	k.checkPlaced(t, pods, "node-b", "H100", "NVIDIA-H100-80GB-HBM3", stack.ExactSchedulerName)
 	w := k.workloadOf(t, func(w *unstructured.Unstructured) bool { return w.GetName() == group })
 	if w == nil {
 		t.Fatalf("no Workload %s for the pod group", group)
