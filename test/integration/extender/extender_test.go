@@ -215,15 +215,21 @@ func create(t *testing.T, c *cluster.Cluster, pods ...*corev1.Pod) {
 	}
 }
 
-func TestExtenderWithRealScheduler(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{})
-	// Reserve a port for the extender: kube-scheduler's configuration names it.
+// extenderAddr reserves a loopback address for the extender: kube-scheduler's configuration names it
+// before the extender listens on it.
+func extenderAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestExtenderWithRealScheduler(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{})
+	addr := extenderAddr(t)
 
 	addGPUNode(t, c, "node-a100", 1,
 		card{a100, 81920, 0, true}, card{a100, 81920, 0, true}, card{a100, 81920, 1, true}, card{a100, 81920, 1, true})

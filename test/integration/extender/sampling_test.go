@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -69,12 +68,7 @@ extenders:
 // here: the test times out.
 func TestFewFittingNodesOutsideTheSample(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := extenderAddr(t)
 
 	// kube-scheduler and the extender start first: kube-scheduler then lists the nodes in the order
 	// they are created (its node tree), which the samples below follow.
