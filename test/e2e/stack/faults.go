@@ -46,7 +46,7 @@ func (s *Stack) Interpose(t cluster.TB) (*APIProxy, *ExtenderProxy) {
 	if err != nil {
 		t.Fatalf("extender kubeconfig through the proxy: %v", err)
 	}
-	ports, err := freePorts(1)
+	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		t.Fatalf("ports: %v", err)
 	}

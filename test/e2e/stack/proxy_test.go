@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cardinal-gpu/cardinal/test/cluster"
 )
 
 // fakeAPIServer answers every Binding with 201 and counts them, and every other request with 200
@@ -103,7 +105,7 @@ func TestExtenderProxyRunsHooksBeforeBindOnly(t *testing.T) {
 		_, _ = io.WriteString(w, r.URL.Path)
 	}))
 	t.Cleanup(backend.Close)
-	ports, err := freePorts(1)
+	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

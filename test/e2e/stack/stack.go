@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -219,7 +218,7 @@ func Start(t cluster.TB, o Options) *Stack {
 	if err := s.writeSim(); err != nil {
 		t.Fatalf("simulation file: %v", err)
 	}
-	ports, err := freePorts(4 + len(o.Nodes))
+	ports, err := cluster.FreePorts(4 + len(o.Nodes))
 	if err != nil {
 		t.Fatalf("ports: %v", err)
 	}
@@ -502,26 +501,6 @@ func Wait(t cluster.TB, timeout time.Duration, what string, cond func() (done bo
 // Node returns the Node object.
 func (s *Stack) Node(ctx context.Context, name string) (*corev1.Node, error) {
 	return s.Cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // adminCA returns the CA the admin kubeconfig trusts.
