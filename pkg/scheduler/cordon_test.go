@@ -2,12 +2,15 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -123,5 +126,27 @@ func TestCordonedNodeDoesNotShareAFreeNodesVerdict(t *testing.T) {
 		if res.NodeNames == nil || !cmp.Equal([]string{"n2"}, *res.NodeNames) || len(res.FailedNodes) != 5 {
 			t.Errorf("order %v: fit %v, failed %v; want only n2 to fit", order, res.NodeNames, res.FailedNodes)
 		}
+	}
+}
+
+// A cordon the filter cannot verify at the last moment (the read of the Node fails) is answered
+// with an error, which kube-scheduler retries after its backoff, not with a refusal, which would
+// park the pod until the next cluster event (the uncordon that woke it was that event).
+func TestFilterRetriesACordonItCannotRead(t *testing.T) {
+	node := gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1})
+	mark, err := annotations.EncodeCordon(annotations.Cordon{Reason: "reseat", By: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations[annotations.CordonKey(uuidOf("n1", 0))] = mark
+	h := newHarness(t, harnessOptions{}, node)
+	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
+	h.createPods(pod)
+	h.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("context deadline exceeded")
+	})
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("n1")}))
+	if want := "reading node n1 to check its cordoned cards at the last moment: context deadline exceeded; trying again"; !strings.Contains(res.Error, want) {
+		t.Errorf("filter: error %q, failed %v; want an error saying %q", res.Error, res.FailedNodes, want)
 	}
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,15 +43,23 @@ func cordonRefused(names []string, verdicts []Verdict) []string {
 }
 
 // recheckCordons reads the nodes (at most maxCordonRechecks) and applies those whose cordon marks
-// differ from the cache's; it reports whether one did.
-func (s *Server) recheckCordons(ctx context.Context, nodes []string) bool {
+// differ from the cache's; it reports whether one did, and the first read that failed. A failed
+// read leaves the cache's mark unverified: the filter then answers an error rather than a refusal
+// resting on it, since kube-scheduler retries an error after its backoff but parks a refused pod
+// until the next cluster event — and the uncordon that woke it was that event (seen in CI under
+// load, where the read could outlast its timeout).
+func (s *Server) recheckCordons(ctx context.Context, nodes []string) (bool, error) {
 	changed := false
+	var failed error
 	for _, name := range nodes[:min(len(nodes), maxCordonRechecks)] {
 		rctx, cancel := context.WithTimeout(ctx, cordonRecheckTimeout)
 		node, err := s.client.CoreV1().Nodes().Get(rctx, name, metav1.GetOptions{})
 		cancel()
 		if err != nil {
 			s.log.V(2).Info("cordon recheck: cannot read the node", logging.KeyNode, name, "err", err)
+			if failed == nil {
+				failed = fmt.Errorf("reading node %s to check its cordoned cards at the last moment: %w", name, err)
+			}
 			continue
 		}
 		if s.cache.CordonsDiffer(node) {
@@ -59,7 +68,7 @@ func (s *Server) recheckCordons(ctx context.Context, nodes []string) bool {
 			changed = true
 		}
 	}
-	return changed
+	return changed, failed
 }
 
 // anyFits reports whether a verdict admits its node.

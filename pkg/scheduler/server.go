@@ -329,8 +329,14 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	} else {
 		verdicts = s.cache.Evaluate(args.Pod.UID, p, names, make([]Verdict, 0, len(names)))
 		if !anyFits(verdicts) {
-			if cordoned := cordonRefused(names, verdicts); len(cordoned) > 0 && s.recheckCordons(ctx, cordoned) {
-				verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
+			if cordoned := cordonRefused(names, verdicts); len(cordoned) > 0 {
+				changed, err := s.recheckCordons(ctx, cordoned)
+				if changed {
+					verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
+				} else if err != nil {
+					s.metrics.requests.WithLabelValues("filter", "error").Inc()
+					return &extenderv1.ExtenderFilterResult{Error: fmt.Sprintf("pod %s/%s: %v; trying again", args.Pod.Namespace, args.Pod.Name, err)}
+				}
 			}
 		}
 	}
