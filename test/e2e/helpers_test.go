@@ -161,7 +161,13 @@ func (e *env) componentsAlive() error {
 // exited, ends the wait at once.
 func (e *env) waitRunning(t *testing.T, names ...string) {
 	t.Helper()
-	stack.Wait(t, runTimeout, fmt.Sprintf("%d pods Running", len(names)), func() (bool, string, error) {
+	e.waitRunningWithin(t, runTimeout, names...)
+}
+
+// waitRunningWithin is waitRunning with its own timeout.
+func (e *env) waitRunningWithin(t *testing.T, timeout time.Duration, names ...string) {
+	t.Helper()
+	stack.Wait(t, timeout, fmt.Sprintf("%d pods Running", len(names)), func() (bool, string, error) {
 		if err := e.componentsAlive(); err != nil {
 			return false, "", err
 		}
