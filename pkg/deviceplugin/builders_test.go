@@ -19,6 +19,7 @@ import (
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
+	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
 	"github.com/cardinal-gpu/cardinal/pkg/deviceplugin/kubeletrecord"
 )
 
@@ -342,4 +343,24 @@ func startAs(p *Plugin, pod *podBuilder, name string, ids []string, resp *plugin
 	p.kubeletRecord = func() (kubeletrecord.Record, error) { return rec, nil }
 	_, err := p.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: ids})
 	return err
+}
+
+// discoverSim parses a simulated NVML file, takes its node1 and discovers its cards as the plugin
+// does at start-up.
+func discoverSim(t *testing.T, file string) (*sim.Server, []nvidia.Card) {
+	t.Helper()
+	f, err := sim.Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, err := f.Cards("node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.New(cards)
+	found, err := nvidia.Discover(srv, srv.NUMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, found
 }

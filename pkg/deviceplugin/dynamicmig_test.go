@@ -9,7 +9,6 @@ import (
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/device/nvidia"
-	"github.com/cardinal-gpu/cardinal/pkg/device/sim"
 )
 
 // With an allow-list, an A100-80GB in MIG mode publishes the allowed profiles it has, each with
@@ -17,29 +16,17 @@ import (
 // still say what is occupied. A profile of another card (2g.10gb is a 40 GB name) is not listed,
 // and neither is a card whose MIG mode is only pending, nor one without MIG. The inventory decodes.
 func TestInventoryPublishesDynamicProfilesOfA100_80GB(t *testing.T) {
-	f, err := sim.Parse([]byte(`nodes:
+	srv, found := discoverSim(t, `nodes:
   node1:
     - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 0, mig: {current: enabled, instances: [{profile: 3g.40gb, uuid: MIG-held}]}}
     - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 0, mig: {current: disabled, pending: enabled}}
     - {model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 1}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := f.Cards("node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := sim.New(cards)
-	found, err := nvidia.Discover(srv, srv.NUMA)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	allow := []string{"7g.80gb", "1g.10gb", "2g.10gb", "3g.40gb", "1g.10gb+me", "1g.20gb"}
 	if err := validDynamicProfiles(allow); err != nil {
 		t.Fatal(err)
 	}
-	found, err = withDynamicMIG(srv, found, allow, logr.Discard())
+	found, err := withDynamicMIG(srv, found, allow, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,24 +21,13 @@ import (
 // 7g.80gb; it returns the simulated NVML too.
 func dynPlugin(t *testing.T, d0 string) (*Plugin, *sim.Server) {
 	t.Helper()
-	f, err := sim.Parse([]byte(`nodes:
+	srv, found := discoverSim(t, `nodes:
   node1:
-    - {uuid: GPU-d0, model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 0, mig: {current: enabled` + d0 + `}}
+    - {uuid: GPU-d0, model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 0, mig: {current: enabled`+d0+`}}
     - {uuid: GPU-d1, model: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, numa: 0, mig: {current: enabled}}
-`))
+`)
+	found, err := withDynamicMIG(srv, found, []string{"1g.10gb", "3g.40gb", "4g.40gb", "7g.80gb"}, logr.Discard())
 	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := f.Cards("node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := sim.New(cards)
-	found, err := nvidia.Discover(srv, srv.NUMA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if found, err = withDynamicMIG(srv, found, []string{"1g.10gb", "3g.40gb", "4g.40gb", "7g.80gb"}, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
 	p := newPlugin(pluginOptions{Node: testNode, Names: annotations.DefaultResourceNames(), SchedulerNames: []string{testScheduler, testExactScheduler}, Cards: found, Shares: 1, Topology: true,

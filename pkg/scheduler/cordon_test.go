@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -72,11 +73,7 @@ func TestCordonedCardTakesNothingNew(t *testing.T) {
 func TestFilterReadsTheCordonAtTheLastMoment(t *testing.T) {
 	spec := nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1}
 	node := gpuNode(spec)
-	mark, err := annotations.EncodeCordon(annotations.Cordon{Reason: "reseat", By: "ops"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Annotations[annotations.CordonKey(uuidOf("n1", 0))] = mark
+	cordonCard(t, node, 0)
 	h := newHarness(t, harnessOptions{}, node)
 	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
 	h.createPods(pod)
@@ -134,11 +131,7 @@ func TestCordonedNodeDoesNotShareAFreeNodesVerdict(t *testing.T) {
 // park the pod until the next cluster event (the uncordon that woke it was that event).
 func TestFilterRetriesACordonItCannotRead(t *testing.T) {
 	node := gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1})
-	mark, err := annotations.EncodeCordon(annotations.Cordon{Reason: "reseat", By: "ops"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Annotations[annotations.CordonKey(uuidOf("n1", 0))] = mark
+	cordonCard(t, node, 0)
 	h := newHarness(t, harnessOptions{}, node)
 	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
 	h.createPods(pod)
@@ -149,4 +142,14 @@ func TestFilterRetriesACordonItCannotRead(t *testing.T) {
 	if want := "reading node n1 to check its cordoned cards at the last moment: context deadline exceeded; trying again"; !strings.Contains(res.Error, want) {
 		t.Errorf("filter: error %q, failed %v; want an error saying %q", res.Error, res.FailedNodes, want)
 	}
+}
+
+// cordonCard marks card i of node cordoned, as kubectl cardinal cordon does ("reseat", by "ops").
+func cordonCard(t *testing.T, node *corev1.Node, i int) {
+	t.Helper()
+	mark, err := annotations.EncodeCordon(annotations.Cordon{Reason: "reseat", By: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations[annotations.CordonKey(uuidOf(node.Name, i))] = mark
 }
