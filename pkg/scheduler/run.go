@@ -132,7 +132,7 @@ func (c *Config) client() (kubernetes.Interface, error) {
 			return nil, err
 		}
 	}
-	rc = rest.CopyConfig(rc)
+	rc = kubeconfig.Uncompressed(rest.CopyConfig(rc))
 	if rc.ContentType == "" {
 		// Protobuf, as kube-scheduler and the controllers use: the API server encodes every pod
 		// update once per encoding its watchers ask for, and a JSON watch of all pods cost it more
@@ -210,6 +210,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Ready: ready.Load, MaxBody: cfg.MaxBodyBytes, BindWait: cfg.BindWait,
 		FilterShortlist: cfg.FilterShortlist, Services: services,
 		PDBs: listPDBs(factory.Policy().V1().PodDisruptionBudgets().Lister()),
+		KnownPod: func(ns, name string) *corev1.Pod {
+			p, err := podLister.Pods(ns).Get(name)
+			if err != nil {
+				return nil
+			}
+			return p
+		},
 	})
 
 	ln := cfg.Listener
