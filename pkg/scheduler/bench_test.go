@@ -179,9 +179,13 @@ func BenchmarkFilterPrioritize(b *testing.B) { benchVerbs(b, "filter", "prioriti
 
 // BenchmarkEvaluate is the decision work of one filter call without HTTP or JSON.
 func BenchmarkEvaluate(b *testing.B) {
-	for _, names := range []int{1, 500, 5000} {
-		b.Run(fmt.Sprintf("nodes=5000/names=%d", names), func(b *testing.B) {
-			h, all := benchCluster(b, 5000, distinct)
+	for _, c := range []struct {
+		names int
+		shape clusterShape
+	}{{1, distinct}, {500, distinct}, {5000, distinct}, {500, patterns}} {
+		names := c.names
+		b.Run(fmt.Sprintf("nodes=5000/names=%d/state=%s", names, c.shape), func(b *testing.B) {
+			h, all := benchCluster(b, 5000, c.shape)
 			picked := make([]string, names)
 			for i := range picked {
 				picked[i] = all[i*len(all)/names]
@@ -201,21 +205,34 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeArgs is the JSON decoding of one filter request by the decoder the routes use.
+// BenchmarkDecodeArgs is the decoding of one filter request (a pod and 500 names) by the decoder
+// the routes use: informer=none decodes the pod's JSON, informer=same takes the informer's copy of
+// the same pod (same UID and resourceVersion; args.go).
 func BenchmarkDecodeArgs(b *testing.B) {
 	names := make([]string, 500)
 	for i := range names {
 		names[i] = fmt.Sprintf("node-%05d", i*10)
 	}
 	pod := gpuPod("bench", map[string]string{annotations.UseGPUType: "a100"}, ctr{name: "m", gpu: 2})
+	pod.UID, pod.ResourceVersion = "0b3c2a1e-6f4d-4d8a-9c1b-2f3e4d5c6b7a", "123456"
 	body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for i := 0; i < b.N; i++ {
-		req := httptest.NewRequest(http.MethodPost, "/filter", bytes.NewReader(body))
-		if _, _, err := decodeBody[extenderArgs](httptest.NewRecorder(), req, DefaultMaxBodyBytes); err != nil {
-			b.Fatal(err)
-		}
+	for _, c := range []struct {
+		name  string
+		known func(ns, name string) *corev1.Pod
+	}{
+		{"informer=none", nil},
+		{"informer=same", func(ns, name string) *corev1.Pod { return pod }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for i := 0; i < b.N; i++ {
+				req := httptest.NewRequest(http.MethodPost, "/filter", bytes.NewReader(body))
+				if _, _, err := decodeBody[extenderArgs](httptest.NewRecorder(), req, DefaultMaxBodyBytes, c.known); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

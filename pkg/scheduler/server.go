@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -62,6 +63,8 @@ type Server struct {
 
 	// pdbs lists PodDisruptionBudgets for preemption (nil: none known).
 	pdbs PDBLister
+	// knownPod is ServerOptions.KnownPod.
+	knownPod func(namespace, name string) *corev1.Pod
 
 	memoMu sync.Mutex
 	memo   memo
@@ -127,6 +130,10 @@ type ServerOptions struct {
 	// PDBs lists a namespace's PodDisruptionBudgets, which preemption counts violations of
 	// (nil: none known).
 	PDBs PDBLister
+	// KnownPod returns the informer's copy of a pod (nil when it has none): filter and prioritize
+	// take it instead of decoding the pod kube-scheduler sends when both have the same UID and
+	// resourceVersion (args.go). Nil: every pod is decoded.
+	KnownPod func(namespace, name string) *corev1.Pod
 }
 
 // DefaultBindWait is how long a bind waits for a container in flight on its node to be allocated:
@@ -137,7 +144,7 @@ const DefaultBindWait = 2 * time.Second
 func NewServer(cache *Cache, o ServerOptions) *Server {
 	s := &Server{log: o.Log, client: o.Client, cache: cache, decider: o.Decider, names: o.Names, pods: o.Pods,
 		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody, bindWait: o.BindWait,
-		shortlist: o.FilterShortlist, services: o.Services, pdbs: o.PDBs}
+		shortlist: o.FilterShortlist, services: o.Services, pdbs: o.PDBs, knownPod: o.KnownPod}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
@@ -223,7 +230,7 @@ type errorResult struct {
 func route[In, Out any](s *Server, verb string, fn func(context.Context, *In) *Out) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
-		in, status, err := decodeBody[In](c.Writer, c.Request, s.maxBody)
+		in, status, err := decodeBody[In](c.Writer, c.Request, s.maxBody, s.knownPod)
 		if err != nil {
 			s.metrics.requests.WithLabelValues(verb, "bad_request").Inc()
 			c.JSON(status, errorResult{Error: err.Error()})
@@ -242,15 +249,27 @@ func route[In, Out any](s *Server, verb string, fn func(context.Context, *In) *O
 	}
 }
 
-// decodeBody decodes a JSON body of at most limit bytes into a new In.
-func decodeBody[In any](w http.ResponseWriter, r *http.Request, limit int64) (*In, int, error) {
-	in := new(In)
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	if err := dec.Decode(in); err != nil {
+// decodeBody decodes a JSON body of at most limit bytes into a new In; an ExtenderArgs body through
+// decodeArgs, with known (args.go).
+func decodeBody[In any](w http.ResponseWriter, r *http.Request, limit int64, known func(namespace, name string) *corev1.Pod) (*In, int, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is larger than %d bytes", limit)
 		}
+		return nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
+	}
+	in := new(In)
+	if _, isArgs := any(in).(*extenderArgs); isArgs {
+		var a *extenderArgs
+		if a, _, err = decodeArgs(body, known); err == nil {
+			in = any(a).(*In)
+		}
+	} else {
+		err = json.Unmarshal(body, in)
+	}
+	if err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("request body is not a valid %T: %w", *in, err)
 	}
 	return in, 0, nil

@@ -258,7 +258,7 @@ func httpGet(h *harness, path string) *httptest.ResponseRecorder {
 	return w
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
