@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -212,5 +214,36 @@ func TestCacheRebuildsAfterRestart(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, usages(fresh.NodeUsage("n1"))); diff != "" {
 		t.Errorf("after restart (-before +after):\n%s", diff)
+	}
+}
+
+// TestNodesInOneStateShareOneKey: nodes in the same state hold the same key string (one copy, so
+// Evaluate's key check stops at the pointer), a node that changes state gets the other state's
+// copy, and keys no node holds are dropped once the table outgrows the nodes.
+func TestNodesInOneStateShareOneKey(t *testing.T) {
+	cache := NewCache(annotations.DefaultResourceNames(), "cardinal-scheduler")
+	for i := range 3 {
+		cache.UpsertNode(gpuNode(nodeSpec{name: fmt.Sprintf("n%d", i), model: a100, memMiB: 40960, count: 8}))
+	}
+	cache.UpsertNode(gpuNode(nodeSpec{name: "other", model: a100, memMiB: 40960, count: 4}))
+	data := func(name string) *byte { return unsafe.StringData(cache.nodes[name].key) }
+	if cache.nodes["n0"].key == "" || data("n0") != data("n1") || data("n1") != data("n2") {
+		t.Fatal("three nodes in one state hold different copies of its key")
+	}
+	if data("other") == data("n0") {
+		t.Fatal("nodes in different states share a key")
+	}
+	cache.UpsertNode(gpuNode(nodeSpec{name: "n2", model: a100, memMiB: 40960, count: 4}))
+	if data("n2") != data("other") || cache.nodes["n2"].hash != cache.nodes["other"].hash {
+		t.Error("a node that changed to another node's state did not take that state's key")
+	}
+	for i := range 3000 {
+		cache.UpsertNode(gpuNode(nodeSpec{name: "churn", model: a100, memMiB: int64(1000 + i), count: 1}))
+	}
+	if n := len(cache.keys); n > 2*len(cache.nodes)+1024 {
+		t.Errorf("%d keys kept for %d nodes: keys no node holds are never dropped", n, len(cache.nodes))
+	}
+	if _, ok := cache.keys[cache.nodes["n0"].key]; !ok {
+		t.Error("a key a node holds was dropped")
 	}
 }
