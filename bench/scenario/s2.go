@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -135,8 +136,19 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 			t.Fatalf("pod %s-0 was not sent to %s by the webhook (%v)", name, CardinalScheduler, err)
 		}
 	}
+	counts := b.apiServerCounts(t)
 	cpu := b.cpuMeter()
 	started := time.Now()
+	var selfProfile *os.File
+	if cfg.ProfileDir != "" && pprof.Lookup("goroutine") != nil {
+		// This process: the harness's watch, and in Cardinal's phase the webhook and the extender.
+		f, err := os.Create(filepath.Join(cfg.ProfileDir, "process-"+name+".pprof"))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			selfProfile = f
+		} else if f != nil {
+			f.Close()
+		}
+	}
 	ks := start()
 	cpu.add("kube-scheduler", ks.Pid())
 	profiled := make(chan error, 2)
@@ -160,6 +172,11 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 		ph.PodsPerSecond = float64(len(times)-1) / times[len(times)-1].Sub(times[0]).Seconds()
 	}
 	ph.CPU = cpu.used()
+	if selfProfile != nil {
+		pprof.StopCPUProfile()
+		selfProfile.Close()
+	}
+	t.Logf("S2 %s: apiserver requests and watch events in the phase: %s", name, b.apiServerCounts(t).since(counts))
 	// kube-scheduler records some metrics asynchronously: wait until they count every binding. A
 	// timeout says what was last seen: the count, or why /metrics could not be read.
 	var ms Metrics
