@@ -198,7 +198,7 @@ func s2ScaleRows(results []Result) []Row {
 // cpuLine lists the phase's CPU seconds by component.
 func cpuLine(m map[string]float64, phase string) string {
 	var parts []string
-	for _, comp := range []string{"kube-apiserver", "etcd", "kube-scheduler", "cardinal"} {
+	for _, comp := range []string{"kube-apiserver", "etcd", "kube-scheduler", "cardinal", "others", "steal"} {
 		if v, ok := m[phase+"-cpu-"+comp+"-s"]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.1f s", comp, v))
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"net"
 	"net/http"
 	"os"
@@ -47,7 +48,9 @@ const (
 	cardinalNS = "cardinal-system"
 	// extenderUser is the ServiceAccount the in-process extender acts as: the webhook trusts its
 	// pod UPDATEs, as the chart's configuration does.
-	extenderUser = "system:serviceaccount:" + cardinalNS + ":cardinal-scheduler"
+	extenderUser = "system:serviceaccount:" + cardinalNS + ":" + extenderSA
+	// extenderSA is that ServiceAccount's name.
+	extenderSA = "cardinal-scheduler"
 	// GPUModel and GPUMemoryMiB describe every simulated card.
 	GPUModel     = "NVIDIA A100-SXM4-80GB"
 	GPUMemoryMiB = 81920
@@ -64,6 +67,9 @@ type bed struct {
 	c *cluster.Cluster
 	// fast is an admin client without client-side rate limiting, for setting up and loading.
 	fast kubernetes.Interface
+	// extenderToken is a token of the extender's ServiceAccount (TokenRequest), which Cardinal's
+	// in-process components authenticate with, as in a cluster.
+	extenderToken string
 	// cancels stop the in-process components, last started first.
 	mu      sync.Mutex
 	cancels []func()
@@ -106,6 +112,20 @@ func startBed(t cluster.TB) *bed {
 	if _, err := fast.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("extender RBAC: %v", err)
 	}
+	// The extender's own ServiceAccount token, as the chart's Deployment mounts it: the API server
+	// authenticates it (and caches that), where impersonation would add an authorization check of
+	// the admin's right to impersonate to each of Cardinal's requests.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: extenderSA, Namespace: cardinalNS}}
+	if _, err := fast.CoreV1().ServiceAccounts(cardinalNS).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("extender ServiceAccount: %v", err)
+	}
+	ttl := int64(6 * 3600)
+	tok, err := fast.CoreV1().ServiceAccounts(cardinalNS).CreateToken(ctx, extenderSA,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("extender token: %v", err)
+	}
+	b.extenderToken = tok.Status.Token
 	return b
 }
 
@@ -287,13 +307,13 @@ func (b *bed) startWebhook(t cluster.TB) *prometheus.Registry {
 	return reg
 }
 
-// extenderConfig is the REST config of Cardinal's in-process components: acting as the extender's
-// ServiceAccount, with wrap (when not nil) around the transport, and no QPS of its own so each
+// extenderConfig is the REST config of Cardinal's in-process components: the extender's
+// ServiceAccount token, with wrap (when not nil) around the transport, and no QPS of its own so each
 // component applies its binary's default.
 func (b *bed) extenderConfig(wrap func(http.RoundTripper) http.RoundTripper) *rest.Config {
 	cfg := rest.CopyConfig(b.c.RESTConfig)
 	cfg.QPS, cfg.Burst = 0, 0
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: extenderUser}
+	cfg.BearerToken, cfg.BearerTokenFile = b.extenderToken, ""
 	if wrap != nil {
 		cfg.Wrap(wrap)
 	}

@@ -38,15 +38,44 @@ func parseCPUTime(stat string) time.Duration {
 	return time.Duration(utime+stime) * clockTick
 }
 
-// cpuMeter measures the CPU time processes use from its start.
+// machineTime is the machine's busy CPU time (every CPU's user, nice, system, irq and softirq
+// time) and its steal time (taken by the hypervisor for other guests), from /proc/stat.
+func machineTime() (busy, steal time.Duration) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	return parseMachineTime(string(b))
+}
+
+// parseMachineTime reads the aggregate "cpu" line of /proc/stat: user nice system idle iowait irq
+// softirq steal ..., in clock ticks.
+func parseMachineTime(stat string) (busy, steal time.Duration) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	tick := func(i int) int64 {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		return v
+	}
+	return time.Duration(tick(1)+tick(2)+tick(3)+tick(6)+tick(7)) * clockTick, time.Duration(tick(8)) * clockTick
+}
+
+// cpuMeter measures the CPU time processes use from its start, and what the rest of the machine
+// used meanwhile ("others": busy time no measured process accounts for) and lost ("steal").
 type cpuMeter struct {
 	pids  map[string]int
 	start map[string]time.Duration
+	// busy and steal are machineTime at the start.
+	busy, steal time.Duration
 }
 
 // cpuMeter starts measuring the control plane and this process.
 func (b *bed) cpuMeter() *cpuMeter {
 	m := &cpuMeter{pids: map[string]int{}, start: map[string]time.Duration{}}
+	m.busy, m.steal = machineTime()
 	m.add("kube-apiserver", b.c.APIServer.Pid())
 	m.add("etcd", b.c.Etcd.Pid())
 	m.add("cardinal", os.Getpid())
@@ -60,9 +89,15 @@ func (m *cpuMeter) add(name string, pid int) {
 
 // used returns the CPU time each process used since it was added.
 func (m *cpuMeter) used() map[string]time.Duration {
-	out := make(map[string]time.Duration, len(m.pids))
+	out := make(map[string]time.Duration, len(m.pids)+2)
+	var sum time.Duration
 	for name, pid := range m.pids {
 		out[name] = (cpuTime(pid) - m.start[name]).Round(10 * time.Millisecond)
+		sum += out[name]
+	}
+	if busy, steal := machineTime(); busy > 0 {
+		out["others"] = max(busy-m.busy-sum, 0).Round(10 * time.Millisecond)
+		out["steal"] = (steal - m.steal).Round(10 * time.Millisecond)
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,6 +178,15 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 		selfProfile.Close()
 	}
 	t.Logf("S2 %s: apiserver requests and watch events in the phase: %s", name, b.apiServerCounts(t).since(counts))
+	if p, err := b.fast.CoreV1().Pods(Namespace).Get(context.Background(), name+"-0", metav1.GetOptions{}); err == nil {
+		keys := make([]string, 0, len(p.Annotations))
+		for k := range p.Annotations {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		t.Logf("S2 %s: a bound pod is %d bytes in protobuf (%d of them managed fields, %d managers); annotations %v",
+			name, p.Size(), p.Size()-func() int { q := p.DeepCopy(); q.ManagedFields = nil; return q.Size() }(), len(p.ManagedFields), keys)
+	}
 	// kube-scheduler records some metrics asynchronously: wait until they count every binding. A
 	// timeout says what was last seen: the count, or why /metrics could not be read.
 	var ms Metrics

@@ -173,6 +173,21 @@ func TestParamsFor(t *testing.T) {
 	}
 }
 
+func TestParseMachineTime(t *testing.T) {
+	// user 100, nice 10, system 40, idle 900, iowait 5, irq 3, softirq 2, steal 7 ticks of 10 ms.
+	stat := "cpu  100 10 40 900 5 3 2 7 0 0\ncpu0 50 5 20 450 2 1 1 3 0 0\nintr 1 2 3\n"
+	busy, steal := parseMachineTime(stat)
+	if busy != 1550*time.Millisecond || steal != 70*time.Millisecond {
+		t.Errorf("parseMachineTime = busy %v steal %v, want 1.55s and 70ms", busy, steal)
+	}
+	if busy, steal := parseMachineTime("cpu0 1 2 3"); busy != 0 || steal != 0 {
+		t.Errorf("a stat without the aggregate line gave busy %v steal %v, want 0", busy, steal)
+	}
+	if busy, _ := machineTime(); busy <= 0 {
+		t.Errorf("this machine's /proc/stat gave no busy time")
+	}
+}
+
 func TestParseCPUTime(t *testing.T) {
 	// utime 150 and stime 50 ticks of 10 ms: 2 s. The command name holds a space and a ')'.
 	stat := "1234 (kube (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 12 0 100 1000 10"
