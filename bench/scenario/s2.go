@@ -176,6 +176,11 @@ func s2Phase(t cluster.TB, b *bed, w *bindings, cfg S2Config, name string, start
 	if selfProfile != nil {
 		pprof.StopCPUProfile()
 		selfProfile.Close()
+		// Allocations so far (this phase and those before it): where the collector's work comes from.
+		if f, err := os.Create(filepath.Join(cfg.ProfileDir, "process-allocs-"+name+".pprof")); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		}
 	}
 	t.Logf("S2 %s: apiserver requests and watch events in the phase: %s", name, b.apiServerCounts(t).since(counts))
 	if p, err := b.fast.CoreV1().Pods(Namespace).Get(context.Background(), name+"-0", metav1.GetOptions{}); err == nil {

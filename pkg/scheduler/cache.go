@@ -783,7 +783,8 @@ func evaluateParts(n int) int {
 // reports whether some node is free for the pod and whether some must wait for a container in
 // flight.
 func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdict) (free, waiting bool) {
-	var s core.Scratch
+	s := scratchPool.Get().(*core.Scratch)
+	defer scratchPool.Put(s)
 	// Nodes in the same state get the same verdict when the pod names no UUID (see appendKey). A
 	// policy that reads CPU and memory shares only between nodes with the same host state; the
 	// others share the cards' verdict between nodes whose CPU and memory hold the pod (a node that
@@ -805,7 +806,7 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			v.Reason = unknownNode
 		case n.state == nil && n.plain != nil && p.Request.Empty():
 			v.gen = n.gen
-			if v.Score, v.Reason = c.decidePlain(n, p, &s); v.Reason == nil {
+			if v.Score, v.Reason = c.decidePlain(n, p, s); v.Reason == nil {
 				free = true
 			}
 		case n.state == nil:
@@ -814,7 +815,7 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			v.gen = n.gen
 			if st := c.nominatedState(n, p, uid); st != nil {
 				var f, w bool
-				v, f, w = c.decideNominated(n, st, p, uid, &s)
+				v, f, w = c.decideNominated(n, st, p, uid, s)
 				free, waiting = free || f, waiting || w
 				break
 			}
@@ -832,7 +833,7 @@ func (c *Cache) evaluate(uid types.UID, p *core.Pod, names []string, out []Verdi
 			}
 			if !hit {
 				var plan *core.Plan
-				plan, v.Score, v.Reason = c.decideNode(n, p, &s)
+				plan, v.Score, v.Reason = c.decideNode(n, p, s)
 				store := share && (v.Reason == nil || !v.Reason.NodeSpecific())
 				if store {
 					if _, taken := seen[k]; taken {
@@ -879,6 +880,11 @@ type decided struct {
 // nodes is tens of kilobytes, which one call per pod would otherwise allocate and leave to the
 // collector (cleared before it goes back, so it holds no node).
 var seenPool = sync.Pool{New: func() any { return make(map[uint64]decided, 64) }}
+
+// scratchPool keeps Evaluate's decision buffers (core.Scratch, the frag-aware policy's state among
+// them) between calls, instead of one set per filter call for the collector. A Scratch is made to be
+// reused across nodes and pods: it checks what it kept against the node and the task mix it is given.
+var scratchPool = sync.Pool{New: func() any { return new(core.Scratch) }}
 
 // planCards appends the cards of a plan's containers to b, for waits: for each container in
 // order, its number of devices and then the index of each device's card.

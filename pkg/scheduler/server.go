@@ -1,11 +1,11 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -249,10 +249,25 @@ func route[In, Out any](s *Server, verb string, fn func(context.Context, *In) *O
 	}
 }
 
+// bodyPool keeps request bodies' buffers between calls (a filter body is kilobytes: one for each
+// call was the extender's largest allocation in S2). Nothing decoded refers to a buffer: encoding/json
+// and parseNames copy what they keep. Buffers above maxPooledBody are left to the collector.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBody = 1 << 20
+
 // decodeBody decodes a JSON body of at most limit bytes into a new In; an ExtenderArgs body through
 // decodeArgs, with known (args.go).
 func decodeBody[In any](w http.ResponseWriter, r *http.Request, limit int64, known func(namespace, name string) *corev1.Pod) (*In, int, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodyPool.Put(buf)
+		}
+	}()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	body := buf.Bytes()
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
