@@ -288,8 +288,30 @@ func shortlist(names []string, fit []int, scores []float64, limit int) []int {
 		}
 	}
 	if len(top) > limit {
-		slices.SortFunc(top, func(a, b int) int { return strings.Compare(names[a], names[b]) })
-		top = top[:limit]
+		top = lowestNames(names, top, limit)
 	}
 	return top
+}
+
+// lowestNames returns the limit entries of top whose names are lowest, in name order. Nodes in one
+// state tie, so top is often most of a sample (hundreds) while limit is 1: the few kept are found in
+// one pass instead of sorting them all.
+func lowestNames(names []string, top []int, limit int) []int {
+	byName := func(a, b int) int { return strings.Compare(names[a], names[b]) }
+	if limit > 16 {
+		slices.SortFunc(top, byName)
+		return top[:limit]
+	}
+	kept := make([]int, 0, limit)
+	for _, i := range top {
+		if len(kept) == limit && byName(i, kept[limit-1]) >= 0 {
+			continue
+		}
+		at, _ := slices.BinarySearchFunc(kept, i, byName)
+		if len(kept) == limit {
+			kept = kept[:limit-1]
+		}
+		kept = slices.Insert(kept, at, i)
+	}
+	return kept
 }

@@ -1,6 +1,10 @@
 package scheduler
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -225,5 +229,29 @@ func TestShortlistedNodeBinds(t *testing.T) {
 	asg, _ := h.assignmentOf("default", "p")
 	if asg == nil || asg.Node != "a-full" || len(asg.Containers) != 1 || asg.Containers[0].Devices[0].UUID != uuidOf("a-full", 2) {
 		t.Errorf("assignment %+v, want card %s of a-full", asg, uuidOf("a-full", 2))
+	}
+}
+
+// TestLowestNamesIsTheSortedPrefix: the one-pass selection keeps what sorting by name and cutting
+// would keep, in the same order, for limits below and above its cut-over to sorting.
+func TestLowestNamesIsTheSortedPrefix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for trial := range 300 {
+		n := 1 + rng.IntN(400)
+		names := make([]string, n)
+		for i, j := range rng.Perm(n) {
+			names[i] = fmt.Sprintf("node-%04d", j)
+		}
+		top := rng.Perm(n)[:1+rng.IntN(n)]
+		limit := 1 + rng.IntN(20)
+		if limit >= len(top) {
+			continue
+		}
+		want := slices.Clone(top)
+		slices.SortFunc(want, func(a, b int) int { return strings.Compare(names[a], names[b]) })
+		want = want[:limit]
+		if got := lowestNames(names, slices.Clone(top), limit); !slices.Equal(got, want) {
+			t.Fatalf("trial %d: limit %d of %d: got %v, want %v", trial, limit, len(top), got, want)
+		}
 	}
 }
