@@ -14,8 +14,8 @@ import (
 // change in what Cardinal asks of the apiserver shows beside its CPU.
 type apiCounts map[string]float64
 
-// apiServerCounts scrapes kube-apiserver's apiserver_request_total and apiserver_watch_events_total.
-func (b *bed) apiServerCounts(t cluster.TB) apiCounts {
+// apiServerMetrics scrapes kube-apiserver's /metrics with the admin client.
+func (b *bed) apiServerMetrics(t cluster.TB) Metrics {
 	t.Helper()
 	raw, err := b.fast.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
@@ -25,6 +25,13 @@ func (b *bed) apiServerCounts(t cluster.TB) apiCounts {
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
+	return ms
+}
+
+// apiServerCounts scrapes kube-apiserver's apiserver_request_total and apiserver_watch_events_total.
+func (b *bed) apiServerCounts(t cluster.TB) apiCounts {
+	t.Helper()
+	ms := b.apiServerMetrics(t)
 	out := apiCounts{}
 	if f := ms["apiserver_request_total"]; f != nil {
 		for _, m := range f.GetMetric() {

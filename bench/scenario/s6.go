@@ -173,14 +173,7 @@ func S6(t cluster.TB, cfg S6Config) S6Result {
 // apiServerNodeWrites is the apiserver's count of write requests on nodes so far.
 func (b *bed) apiServerNodeWrites(t cluster.TB) float64 {
 	t.Helper()
-	raw, err := b.fast.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatalf("apiserver metrics: %v", err)
-	}
-	ms, err := ParseMetrics(raw)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
+	ms := b.apiServerMetrics(t)
 	sum := 0.0
 	for _, verb := range []string{"PATCH", "UPDATE", "APPLY", "CREATE", "DELETE"} {
 		sum += ms.Sum("apiserver_request_total", map[string]string{"resource": "nodes", "verb": verb})
