@@ -158,6 +158,11 @@ func (e *extender) stop() {
 func assignment(t *testing.T, c *cluster.Cluster, name string) (string, annotations.Assignment) {
 	t.Helper()
 	var pod *corev1.Pod
+	defer func() {
+		if t.Failed() {
+			logScheduling(t, c, name)
+		}
+	}()
 	cluster.WaitFor(t, timeout, "pod "+name+" bound", func() (bool, error) {
 		p, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
@@ -174,6 +179,29 @@ func assignment(t *testing.T, c *cluster.Cluster, name string) (string, annotati
 		t.Fatalf("pod %s bound to %s, assignment says %s", name, pod.Spec.NodeName, a.Node)
 	}
 	return pod.Spec.NodeName, a
+}
+
+// logScheduling logs what kube-scheduler said of pod name: its PodScheduled condition and its
+// events (the extender's refusals are in their messages), for a test that timed out waiting.
+func logScheduling(t *testing.T, c *cluster.Cluster, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled {
+				t.Logf("pod %s: PodScheduled %s at %s: %s: %s", name, cond.Status, cond.LastTransitionTime.Format(time.RFC3339Nano), cond.Reason, cond.Message)
+			}
+		}
+	}
+	evs, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		t.Logf("events of %s: %v", name, err)
+		return
+	}
+	for _, e := range evs.Items {
+		t.Logf("event of %s: %s ×%d (first %s, last %s): %s", name, e.Reason, max(e.Count, 1),
+			e.FirstTimestamp.Format(time.RFC3339Nano), e.LastTimestamp.Format(time.RFC3339Nano), e.Message)
+	}
 }
 
 // allocate does the device plugin's part (there is no kubelet here): it records the assigned IDs as
