@@ -136,6 +136,8 @@ type harnessOptions struct {
 	services  ServiceSelects
 	// exactProfile is the cache's exact profile (NewCache's exact; empty: one profile).
 	exactProfile string
+	// awaitInformer is ServerOptions.AwaitInformer.
+	awaitInformer bool
 }
 
 func newHarness(t testing.TB, o harnessOptions, objs ...runtime.Object) *harness {
@@ -179,7 +181,7 @@ func newHarness(t testing.TB, o harnessOptions, objs ...runtime.Object) *harness
 	})
 	h.srv = NewServer(cache, ServerOptions{Client: client, Decider: d, Names: annotations.DefaultResourceNames(),
 		Pods: &clientPods{client: client}, Recorder: h.recorder, Ready: o.ready, BindWait: o.bindWait,
-		FilterShortlist: o.shortlist, Services: o.services})
+		FilterShortlist: o.shortlist, Services: o.services, AwaitInformer: o.awaitInformer})
 	h.handler = h.srv.Handler()
 	return h
 }

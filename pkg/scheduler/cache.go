@@ -194,6 +194,9 @@ type Cache struct {
 	preempt preemption
 	// pending are the GPU pods no node passed at their last filter (fleet_metrics.go).
 	pending pendingPods
+	// unbound is the resourceVersion of each pod not yet bound, as the pod informer last delivered
+	// it (Caught, catchup.go); written under mu.
+	unbound map[types.UID]string
 	// groups are the pod groups by namespace/name, and memberOf each member's group (groups.go).
 	groups   map[string]*podGroup
 	memberOf map[types.UID]string
@@ -465,6 +468,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	if group != "" || c.memberOf[pod.UID] != "" {
 		c.trackGroup(pod, group)
 	}
+	c.noteUnbound(pod)
 	old := c.pods[pod.UID]
 	if old != nil && old.reserved && pod.Spec.NodeName == "" && !finished(pod) {
 		return // bind is under way: keep the reservation
@@ -488,6 +492,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
 	delete(c.affinity, uid)
+	delete(c.unbound, uid)
 	c.forgetPreemption(uid)
 }
 

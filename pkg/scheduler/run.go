@@ -209,7 +209,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}},
 		Ready: ready.Load, MaxBody: cfg.MaxBodyBytes, BindWait: cfg.BindWait,
 		FilterShortlist: cfg.FilterShortlist, Services: services,
-		PDBs: listPDBs(factory.Policy().V1().PodDisruptionBudgets().Lister()),
+		PDBs:          listPDBs(factory.Policy().V1().PodDisruptionBudgets().Lister()),
+		AwaitInformer: true,
 		KnownPod: func(ns, name string) *corev1.Pod {
 			p, err := podLister.Pods(ns).Get(name)
 			if err != nil {

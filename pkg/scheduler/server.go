@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -63,6 +64,8 @@ type Server struct {
 
 	// pdbs lists PodDisruptionBudgets for preemption (nil: none known).
 	pdbs PDBLister
+	// awaitInformer is ServerOptions.AwaitInformer.
+	awaitInformer bool
 	// knownPod is ServerOptions.KnownPod.
 	knownPod func(namespace, name string) *corev1.Pod
 
@@ -130,6 +133,9 @@ type ServerOptions struct {
 	// PDBs lists a namespace's PodDisruptionBudgets, which preemption counts violations of
 	// (nil: none known).
 	PDBs PDBLister
+	// AwaitInformer makes filter wait (briefly, catchup.go) until the cache has seen the pod as
+	// kube-scheduler sent it: set when the cache is fed by a pod informer.
+	AwaitInformer bool
 	// KnownPod returns the informer's copy of a pod (nil when it has none): filter and prioritize
 	// take it instead of decoding the pod kube-scheduler sends when both have the same UID and
 	// resourceVersion (args.go). Nil: every pod is decoded.
@@ -144,7 +150,7 @@ const DefaultBindWait = 2 * time.Second
 func NewServer(cache *Cache, o ServerOptions) *Server {
 	s := &Server{log: o.Log, client: o.Client, cache: cache, decider: o.Decider, names: o.Names, pods: o.Pods,
 		recorder: o.Recorder, ready: o.Ready, maxBody: o.MaxBody, bindWait: o.BindWait,
-		shortlist: o.FilterShortlist, services: o.Services, pdbs: o.PDBs, knownPod: o.KnownPod}
+		shortlist: o.FilterShortlist, services: o.Services, pdbs: o.PDBs, knownPod: o.KnownPod, awaitInformer: o.AwaitInformer}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
@@ -357,6 +363,9 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		return &extenderv1.ExtenderFilterResult{Error: fmt.Sprintf("pod %s/%s: %v", args.Pod.Namespace, args.Pod.Name, err)}
 	}
 	inGroup = inGroup && !p.Request.Empty()
+	if waited, caught := s.catchUp(ctx, args.Pod); waited {
+		s.metrics.catchUps.WithLabelValues(strconv.FormatBool(caught)).Inc()
+	}
 	var verdicts []Verdict
 	if inGroup {
 		verdicts = s.groupVerdicts(args.Pod, grp, p, names)
@@ -804,6 +813,9 @@ type metrics struct {
 	// sampleMisses counts filters whose sample held no fitting node while nodes outside it fit
 	// (sampling.go), by outcome.
 	sampleMisses *prometheus.CounterVec
+	// catchUps counts filters that waited for the pod informer to show the pod as kube-scheduler
+	// sent it (catchup.go), by whether it did in time.
+	catchUps *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -853,6 +865,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, outcome := range []string{"retried", "refused"} {
 		m.sampleMisses.WithLabelValues(outcome) // exposed at 0 before the first miss
 	}
-	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.groupsExpired, m.shortlists, m.panics, m.draMapped, m.sampleMisses)
+	m.catchUps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cardinal_extender_informer_waits_total",
+		Help: "Filters that waited for the extender's pod informer to show the pod as kube-scheduler sent it (kube-scheduler's informer was ahead), by whether it did within 500 ms (caught: true or false; false: decided on what the cache had).",
+	}, []string{"caught"})
+	for _, caught := range []string{"true", "false"} {
+		m.catchUps.WithLabelValues(caught)
+	}
+	reg.MustRegister(m.latency, m.requests, m.nodes, m.binds, m.expired, m.groupsExpired, m.shortlists, m.panics, m.draMapped, m.sampleMisses, m.catchUps)
 	return m
 }
