@@ -197,6 +197,9 @@ type Cache struct {
 	// unbound is the resourceVersion of each pod not yet bound, as the pod informer last delivered
 	// it (Caught, catchup.go); written under mu.
 	unbound map[types.UID]string
+	// settled and settledOld are the pods most recently seen bound, finished or deleted after
+	// being seen unbound, in two generations (catchup.go); written under mu.
+	settled, settledOld map[types.UID]struct{}
 	// groups are the pod groups by namespace/name, and memberOf each member's group (groups.go).
 	groups   map[string]*podGroup
 	memberOf map[types.UID]string
@@ -492,7 +495,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.setHost(uid, hostRecord{}, false)
 	delete(c.mixed, uid)
 	delete(c.affinity, uid)
-	delete(c.unbound, uid)
+	c.settle(uid)
 	c.forgetPreemption(uid)
 }
 

@@ -31,11 +31,18 @@ const (
 	catchUpPoll = time.Millisecond
 )
 
-// noteUnbound records the resourceVersion of a pod not yet bound (and forgets a bound or finished
-// one); c.mu is held.
+// A pod the cache has seen bound, finished or deleted is past any version kube-scheduler can still
+// filter: it is remembered as done (settled), so that a filter of such a pod, whose copy in
+// kube-scheduler is older, answers at once instead of waiting catchUpWait for a version that will
+// never come (a tenant creating and deleting pods could otherwise hold kube-scheduler's scheduling
+// cycle half a second per pod). The last settledKeep to settle are remembered, in two generations.
+const settledKeep = 4096
+
+// noteUnbound records the resourceVersion of a pod not yet bound, and settles a bound or finished
+// one; c.mu is held.
 func (c *Cache) noteUnbound(pod *corev1.Pod) {
 	if pod.Spec.NodeName != "" || finished(pod) {
-		delete(c.unbound, pod.UID)
+		c.settle(pod.UID)
 		return
 	}
 	if c.unbound == nil {
@@ -44,13 +51,30 @@ func (c *Cache) noteUnbound(pod *corev1.Pod) {
 	c.unbound[pod.UID] = pod.ResourceVersion
 }
 
+// settle forgets a pod's unbound version and remembers the pod as settled; c.mu is held.
+func (c *Cache) settle(uid types.UID) {
+	if _, was := c.unbound[uid]; !was {
+		return // never seen unbound: no filter of it can be waiting
+	}
+	delete(c.unbound, uid)
+	if len(c.settled) >= settledKeep || c.settled == nil {
+		c.settledOld, c.settled = c.settled, make(map[types.UID]struct{}, settledKeep)
+	}
+	c.settled[uid] = struct{}{}
+}
+
 // Caught reports whether the cache has processed the pod at resourceVersion rv, or at a later one
 // (resourceVersions compared as numbers when both are: the API server's are etcd revisions, and an
-// opaque one is only ever equal or not).
+// opaque one is only ever equal or not), or has seen it bound, finished or deleted.
 func (c *Cache) Caught(uid types.UID, rv string) bool {
 	c.mu.RLock()
 	seen, ok := c.unbound[uid]
+	_, settled := c.settled[uid]
+	_, settledOld := c.settledOld[uid]
 	c.mu.RUnlock()
+	if settled || settledOld {
+		return true
+	}
 	if !ok {
 		return false
 	}

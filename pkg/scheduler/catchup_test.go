@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -111,9 +112,47 @@ func TestCaughtComparesResourceVersions(t *testing.T) {
 	if c.Caught("uid-other", "25") {
 		t.Error("a pod never seen is caught")
 	}
+	// Seen bound or deleted: past any version kube-scheduler can still filter.
 	p.Spec.NodeName = "n1"
 	c.UpsertPod(p)
-	if c.Caught(p.UID, "25") {
-		t.Error("a bound pod is still tracked as unbound")
+	if !c.Caught(p.UID, "30") {
+		t.Error("a pod seen bound is not caught for a later version kube-scheduler sends")
+	}
+	q := gpuPod("q", nil, ctr{name: "m", gpu: 1})
+	q.ResourceVersion = "40"
+	c.UpsertPod(q)
+	c.DeletePod(q.UID)
+	if !c.Caught(q.UID, "45") {
+		t.Error("a pod seen deleted is not caught")
+	}
+	// The settled pods are remembered in two generations of settledKeep.
+	for i := range settledKeep + 10 {
+		r := gpuPod(fmt.Sprintf("r%d", i), nil, ctr{name: "m", gpu: 1})
+		c.UpsertPod(r)
+		c.DeletePod(r.UID)
+	}
+	if !c.Caught(q.UID, "45") {
+		t.Error("a pod settled one generation ago is forgotten")
+	}
+	if n := len(c.settled) + len(c.settledOld); n > 2*settledKeep {
+		t.Errorf("%d settled pods remembered, want at most %d", n, 2*settledKeep)
+	}
+}
+
+// TestFilterOfADeletedPodDoesNotWait: kube-scheduler filters a pod (its older copy) that the
+// extender's informer has already shown created and deleted: the version it waits for will never
+// come, so the filter answers at once (a tenant churning pods cannot hold kube-scheduler's cycle).
+func TestFilterOfADeletedPodDoesNotWait(t *testing.T) {
+	h := newHarness(t, harnessOptions{awaitInformer: true}, gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 46068, count: 2}))
+	y := gpuPod("y", nil, ctr{name: "m", gpu: 1})
+	y.ResourceVersion = "20"
+	seen := y.DeepCopy()
+	seen.ResourceVersion = "21"
+	h.cache.UpsertPod(seen)
+	h.cache.DeletePod(y.UID)
+	start := time.Now()
+	decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: y, NodeNames: names("n1")}))
+	if took := time.Since(start); took >= catchUpWait {
+		t.Errorf("filter of a pod seen deleted took %v: it waited for a version that will never come", took)
 	}
 }
