@@ -25,20 +25,32 @@ import (
 // model, which kube-scheduler's NodeResourcesFit counts as the device plugin advertises them — to the
 // sampling one. For those, what kube-scheduler cannot see is the cards' state: free cards on one NUMA
 // node for the TopologyManager, cordoned cards, share slots held on a card, containers in flight. So
-// when no node of a sample fits a pod and nodes outside it do, the extender answers an error instead
-// of a refusal: kube-scheduler retries an error after its backoff (1 s, doubling to 10 s), and
-// starts each attempt where the last one stopped (nextStartNodeIndex), so a few attempts cover every
-// node. A refusal would park the pod until the cluster changes, which in a quiet cluster is
-// kube-scheduler's five-minute flush.
+// when no node of a sample fits a pod and nodes outside it do, the filter answers a miss, in two
+// phases (missedSample):
+//
+//   - fast: every refusal notes the miss and its number. kube-scheduler writes the refusals into the
+//     pod's condition, requeues the pod on that update (at once when its queue is idle), and starts
+//     its next attempt where the last one stopped (nextStartNodeIndex), so a few attempts cover every
+//     node. A plain refusal would park the pod until the cluster changes.
+//   - paced: the filter answers an error. kube-scheduler retries an error after its error backoff
+//     (1 s doubling to 10 s) without waiting for any event, and never early. Fast misses can all be
+//     spent in well under a second without kube-scheduler sampling the node that fits: its view may
+//     be behind the extender's (its assigned-pod cache and its queue are fed by separate informer
+//     handlers, so it can try a new pod before it has removed the pod just deleted from the node that
+//     would take it), and its filters run on 16 goroutines that stop at the sample's size, so a node
+//     a slow goroutine had not reached is skipped until the samples come round again. The paced
+//     misses sample every node once more, seconds apart.
+//
+// Then plain refusals: the outside nodes may be refused by a filter of kube-scheduler's that the
+// extender does not replay (pod affinity, volumes, ports), and such a pod must end as an ordinary
+// refusal, which lets preemption run.
 
 // minSample is kube-scheduler's minFeasibleNodesToFind: below it every node is filtered, so a list of
 // fewer nodes is never a sample.
 const minSample = 100
 
-// maxSampleMisses caps the misses answered as such per pod, beyond the attempts that cover every
-// node once: the outside nodes that fit may be refused by a filter of kube-scheduler's that the
-// extender does not model (pod affinity, volumes, ports), and such a pod must end as an ordinary
-// refusal, which lets preemption run.
+// maxSampleMisses is the fast misses answered per pod beyond the attempts that cover every node once.
+// The paced misses after them are as many as cover every node once.
 const maxSampleMisses = 2
 
 // missTTL forgets a pod's misses once it has not missed for this long.
@@ -118,11 +130,15 @@ type sampleMiss struct {
 	total int
 	// attempt is this miss's number for the pod, of budget.
 	attempt, budget int
+	// paced: the fast misses are spent; the filter answers an error, which kube-scheduler retries
+	// after its backoff.
+	paced bool
 }
 
 // missedSample reports, for a pod of the sampling profile that no node of names fits, whether nodes
 // outside names fit it and the pod has misses left: the filter then notes the miss in every refusal
-// so that kube-scheduler tries another sample soon. nil: answer the refusals as usual.
+// (fast) or answers an error (paced), so that kube-scheduler tries another sample. nil: answer the
+// refusals as usual.
 func (s *Server) missedSample(pod *corev1.Pod, p *core.Pod, names []string) *sampleMiss {
 	if len(names) < minSample || !s.cache.samples(pod) || p.Request.Empty() {
 		return nil
@@ -142,15 +158,22 @@ func (s *Server) missedSample(pod *corev1.Pod, p *core.Pod, names []string) *sam
 		return nil
 	}
 	// Attempts that start where the last stopped cover every node in ceil(known/len(names)).
-	budget := (known+len(names)-1)/len(names) + maxSampleMisses
+	cover := (known + len(names) - 1) / len(names)
+	fast := cover + maxSampleMisses
+	budget := fast + cover
 	attempt := s.misses.next(pod.UID, s.cache.clock.Now())
 	if attempt > budget {
 		s.metrics.sampleMisses.WithLabelValues("refused").Inc()
 		return nil
 	}
-	s.metrics.sampleMisses.WithLabelValues("retried").Inc()
+	paced := attempt > fast
+	if paced {
+		s.metrics.sampleMisses.WithLabelValues("paced").Inc()
+	} else {
+		s.metrics.sampleMisses.WithLabelValues("retried").Inc()
+	}
 	s.misses.setRetry(pod.UID)
-	return &sampleMiss{fits: fits, total: len(fits), attempt: attempt, budget: budget}
+	return &sampleMiss{fits: fits, total: len(fits), attempt: attempt, budget: budget, paced: paced}
 }
 
 // note is what the filter appends to every refusal of the miss. kube-scheduler writes the refusals
@@ -159,6 +182,12 @@ func (s *Server) missedSample(pod *corev1.Pod, p *core.Pod, names []string) *sam
 // is idle, else after the pod's backoff), so the next attempt, which samples where this one
 // stopped, comes without waiting for another cluster event.
 func (m *sampleMiss) note(sampled int) string {
+	return fmt.Sprintf(" (kube-scheduler sampled %d nodes; %s outside the sample fit: trying another sample, miss %d of at most %d)",
+		sampled, m.fitting(), m.attempt, m.budget)
+}
+
+// fitting names the first few nodes outside the sample that fit, and how many more.
+func (m *sampleMiss) fitting() string {
 	names := m.fits
 	if len(names) > 3 {
 		names = names[:3]
@@ -167,8 +196,15 @@ func (m *sampleMiss) note(sampled int) string {
 	if m.total > len(names) {
 		more = fmt.Sprintf(" and %d more", m.total-len(names))
 	}
-	return fmt.Sprintf(" (kube-scheduler sampled %d nodes; %s%s outside the sample fit: trying another sample, miss %d of at most %d)",
-		sampled, strings.Join(names, ", "), more, m.attempt, m.budget)
+	return strings.Join(names, ", ") + more
+}
+
+// paceError is the filter's answer to a paced miss: kube-scheduler writes it into the pod's
+// PodScheduled condition (reason SchedulerError) and retries after its backoff. reason is the
+// refusal of the sample's first node.
+func (m *sampleMiss) paceError(pod *corev1.Pod, sampled int, first, reason string) string {
+	return fmt.Sprintf("pod %s/%s: no node of kube-scheduler's sample of %d fits (%s: %s); %s outside the sample fit: trying another sample after kube-scheduler's backoff, miss %d of at most %d",
+		pod.Namespace, pod.Name, sampled, first, reason, m.fitting(), m.attempt, m.budget)
 }
 
 // missed reports whether uid's last filter missed its sample while nodes outside it fit, within

@@ -40,7 +40,9 @@ func nodeRange(lo, hi int) *[]string {
 // Issue 39: a pod of the sampling profile that no node of kube-scheduler's sample fits, while nodes
 // outside the sample do, gets refusals that note the miss and its number (each attempt's message is
 // then new, and kube-scheduler requeues the pod at once), and its preemption frees nothing, for as
-// many misses as cover every node plus two; then plain refusals.
+// many misses as cover every node plus two; then, for as many misses as cover every node, an error
+// (kube-scheduler retries it after its backoff, with no event needed: the fast misses can all be
+// spent while kube-scheduler's own view of the node that fits is behind); then plain refusals.
 func TestFilterNotesAMissedSample(t *testing.T) {
 	h := newHarness(t, harnessOptions{exactProfile: "cardinal-scheduler-exact"}, sampleCluster(nil)...)
 	pod := gpuPod("p", nil, ctr{name: "m", gpu: 1})
@@ -53,10 +55,10 @@ func TestFilterNotesAMissedSample(t *testing.T) {
 			NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n000": {}}}))
 		return len(res.NodeNameToMetaVictims)
 	}
-	// 150 nodes in samples of 100: two attempts cover them, plus two.
+	// 150 nodes in samples of 100: two attempts cover them, plus two fast, then two paced.
 	for miss := 1; miss <= 4; miss++ {
 		res := filter(pod, nodeRange(0, 100))
-		want := fmt.Sprintf("GPU GPU-n000-0 is unhealthy (kube-scheduler sampled 100 nodes; n140, n141, n142 and 7 more outside the sample fit: trying another sample, miss %d of at most 4)", miss)
+		want := fmt.Sprintf("GPU GPU-n000-0 is unhealthy (kube-scheduler sampled 100 nodes; n140, n141, n142 and 7 more outside the sample fit: trying another sample, miss %d of at most 6)", miss)
 		if res.Error != "" || len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != 100 {
 			t.Fatalf("miss %d: error %q, %d+%d refused; want 100 refusals", miss, res.Error, len(res.FailedNodes), len(res.FailedAndUnresolvableNodes))
 		}
@@ -67,6 +69,13 @@ func TestFilterNotesAMissedSample(t *testing.T) {
 			t.Errorf("miss %d: preemption offered %d nodes, want none (nodes outside the sample fit)", miss, n)
 		}
 	}
+	for miss := 5; miss <= 6; miss++ {
+		res := filter(pod, nodeRange(0, 100))
+		want := fmt.Sprintf("pod default/p: no node of kube-scheduler's sample of 100 fits (n000: GPU GPU-n000-0 is unhealthy); n140, n141, n142 and 7 more outside the sample fit: trying another sample after kube-scheduler's backoff, miss %d of at most 6", miss)
+		if res.Error != want || len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != 0 {
+			t.Fatalf("miss %d: error %q and %d+%d refused; want the error %q", miss, res.Error, len(res.FailedNodes), len(res.FailedAndUnresolvableNodes), want)
+		}
+	}
 	res := filter(pod, nodeRange(0, 100))
 	if got := res.FailedNodes["n000"] + res.FailedAndUnresolvableNodes["n000"]; got != "GPU GPU-n000-0 is unhealthy" {
 		t.Fatalf("after its misses: n000 refused with %q, want the plain reason", got)
@@ -75,7 +84,7 @@ func TestFilterNotesAMissedSample(t *testing.T) {
 	if res := filter(pod, nodeRange(50, 150)); res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) == 0 {
 		t.Fatalf("a sample with fitting nodes: error %q, fit %v", res.Error, res.NodeNames)
 	}
-	if res := filter(pod, nodeRange(0, 100)); !strings.Contains(res.FailedNodes["n000"]+res.FailedAndUnresolvableNodes["n000"], "miss 1 of at most 4") {
+	if res := filter(pod, nodeRange(0, 100)); !strings.Contains(res.FailedNodes["n000"]+res.FailedAndUnresolvableNodes["n000"], "miss 1 of at most 6") {
 		t.Fatalf("after a fit: %v, want the count started again", res.FailedAndUnresolvableNodes["n000"])
 	}
 

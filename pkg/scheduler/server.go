@@ -387,6 +387,11 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 	if !inGroup {
 		if !anyFits(verdicts) {
 			if miss := s.missedSample(args.Pod, p, names); miss != nil {
+				if miss.paced {
+					s.cache.pending.note(args.Pod.UID, verdicts, s.cache.clock.Now())
+					s.metrics.requests.WithLabelValues("filter", "error").Inc()
+					return &extenderv1.ExtenderFilterResult{Error: miss.paceError(args.Pod, len(names), names[0], verdicts[0].Reason.String())}
+				}
 				missNote = miss.note(len(names))
 			}
 		} else {
@@ -860,9 +865,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.sampleMisses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cardinal_extender_sample_misses_total",
-		Help: "Filters of a pod of the sampling profile where no node kube-scheduler sampled fits and nodes outside the sample do, by outcome: retried (each refusal notes the miss, so kube-scheduler tries another sample at once, and preemption frees nothing for the pod) or refused (the pod's misses ran out; plain refusals).",
+		Help: "Filters of a pod of the sampling profile where no node kube-scheduler sampled fits and nodes outside the sample do, by outcome: retried (each refusal notes the miss, so kube-scheduler tries another sample at once, and preemption frees nothing for the pod), paced (the fast misses are spent: the filter answers an error, which kube-scheduler retries after its backoff) or refused (the pod's misses ran out; plain refusals).",
 	}, []string{"outcome"})
-	for _, outcome := range []string{"retried", "refused"} {
+	for _, outcome := range []string{"retried", "paced", "refused"} {
 		m.sampleMisses.WithLabelValues(outcome) // exposed at 0 before the first miss
 	}
 	m.catchUps = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -199,8 +199,8 @@ func logScheduling(t *testing.T, c *cluster.Cluster, name string) {
 		return
 	}
 	for _, e := range evs.Items {
-		t.Logf("event of %s: %s ×%d (first %s, last %s): %s", name, e.Reason, max(e.Count, 1),
-			e.FirstTimestamp.Format(time.RFC3339Nano), e.LastTimestamp.Format(time.RFC3339Nano), e.Message)
+		t.Logf("event of %s: %s ×%d (at %s, first %s, last %s): %s", name, e.Reason, max(e.Count, 1),
+			e.EventTime.Format(time.RFC3339Nano), e.FirstTimestamp.Format(time.RFC3339Nano), e.LastTimestamp.Format(time.RFC3339Nano), e.Message)
 	}
 }
 
