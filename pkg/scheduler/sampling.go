@@ -39,7 +39,7 @@ import (
 //     handlers, so it can try a new pod before it has removed the pod just deleted from the node that
 //     would take it), and its filters run on 16 goroutines that stop at the sample's size, so a node
 //     a slow goroutine had not reached is skipped until the samples come round again. The paced
-//     misses sample every node once more, seconds apart.
+//     misses sample every node once more (at most maxPacedMisses samples), seconds apart.
 //
 // Then plain refusals: the outside nodes may be refused by a filter of kube-scheduler's that the
 // extender does not replay (pod affinity, volumes, ports), and such a pod must end as an ordinary
@@ -50,8 +50,21 @@ import (
 const minSample = 100
 
 // maxSampleMisses is the fast misses answered per pod beyond the attempts that cover every node once.
-// The paced misses after them are as many as cover every node once.
 const maxSampleMisses = 2
+
+// maxPacedMisses caps the paced misses after them, which are as many as cover every node once: at
+// kube-scheduler's error backoff (1, 2, 4, 8, 10 s) five take 25 s, and the plain refusals that let
+// preemption run for a pod the nodes outside refuse come no later.
+const maxPacedMisses = 5
+
+// missBudget returns how many of a pod's misses are fast and how many in all, for samples of sampled
+// nodes out of known: attempts that start where the last stopped cover every node in
+// ceil(known/sampled).
+func missBudget(known, sampled int) (fast, total int) {
+	cover := (known + sampled - 1) / sampled
+	fast = cover + maxSampleMisses
+	return fast, fast + min(cover, maxPacedMisses)
+}
 
 // missTTL forgets a pod's misses once it has not missed for this long.
 const missTTL = 10 * time.Minute
@@ -157,10 +170,7 @@ func (s *Server) missedSample(pod *corev1.Pod, p *core.Pod, names []string) *sam
 	if len(fits) == 0 {
 		return nil
 	}
-	// Attempts that start where the last stopped cover every node in ceil(known/len(names)).
-	cover := (known + len(names) - 1) / len(names)
-	fast := cover + maxSampleMisses
-	budget := fast + cover
+	fast, budget := missBudget(known, len(names))
 	attempt := s.misses.next(pod.UID, s.cache.clock.Now())
 	if attempt > budget {
 		s.metrics.sampleMisses.WithLabelValues("refused").Inc()

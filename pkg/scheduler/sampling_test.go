@@ -140,3 +140,20 @@ func TestFilterNotesAMissedSample(t *testing.T) {
 		t.Errorf("tolerated taint: n000 refused with %q, want the miss noted", why)
 	}
 }
+
+// The misses' budget: as many fast misses as cover every node once plus two, then as many paced ones
+// as cover every node once, at most five (their backoff then totals 25 s before preemption can run).
+func TestMissBudget(t *testing.T) {
+	for _, c := range []struct{ known, sampled, fast, total int }{
+		{150, 100, 4, 6},
+		{300, 100, 5, 8},
+		{301, 100, 6, 10},
+		{1000, 420, 5, 8},
+		{5000, 500, 12, 17},
+		{20000, 100, 202, 207},
+	} {
+		if fast, total := missBudget(c.known, c.sampled); fast != c.fast || total != c.total {
+			t.Errorf("missBudget(%d, %d) = %d, %d; want %d, %d", c.known, c.sampled, fast, total, c.fast, c.total)
+		}
+	}
+}
