@@ -951,6 +951,20 @@ func (c *Cache) Fresh(names []string, verdicts []Verdict, ok []bool) {
 	}
 }
 
+// Stale reports whether some verdict no longer describes its node (the node's state changed since
+// it was decided).
+func (c *Cache) Stale(names []string, verdicts []Verdict) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for i, name := range names {
+		n, found := c.nodes[name]
+		if (found && n.gen != verdicts[i].gen) || (!found && verdicts[i].gen != 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // Reserve decides the pod on the node with the cache's current state and, when it fits and need
 // not wait, holds its devices until the informer shows it bound, Release is called, or the
 // reservation expires (ExpireReservation). It returns the assignment to write. A pod the informer

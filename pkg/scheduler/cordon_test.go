@@ -126,6 +126,37 @@ func TestCordonedNodeDoesNotShareAFreeNodesVerdict(t *testing.T) {
 	}
 }
 
+// The informer delivers the uncordon while the filter reads the node at the last moment (after the
+// filter decided on the cordoned state, before it compares the read with the cache): the cache and
+// the API server then agree, and the verdicts, decided on the mark now gone, must be decided again.
+// Seen in TestCordonAndDrain under load: kube-scheduler's retry on the uncordon was refused "card
+// … is cordoned" while the read had found no cordon, and the pod waited for the next cluster event.
+func TestFilterDecidesAgainWhenTheInformerUncordonsDuringTheRead(t *testing.T) {
+	node := gpuNode(nodeSpec{name: "n1", model: a40, memMiB: 10000, count: 1})
+	cordonCard(t, node, 0)
+	h := newHarness(t, harnessOptions{}, node)
+	pod := gpuPod("p", map[string]string{annotations.UseGPUUUID: uuidOf("n1", 0)}, ctr{name: "m", gpu: 1})
+	h.createPods(pod)
+	fresh := node.DeepCopy()
+	delete(fresh.Annotations, annotations.CordonKey(uuidOf("n1", 0)))
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), fresh, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	h.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		reads++
+		h.cache.UpsertNode(fresh) // the informer, meanwhile
+		return false, nil, nil
+	})
+	res := decodeInto[extenderv1.ExtenderFilterResult](t, h.post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("n1")}))
+	if reads != 1 {
+		t.Fatalf("the filter read the node %d times, want once (the cache still held the mark)", reads)
+	}
+	if res.Error != "" || len(res.FailedNodes) != 0 || res.NodeNames == nil || !cmp.Equal([]string{"n1"}, *res.NodeNames) {
+		t.Errorf("uncordoned during the read: error %q, failed %v, fit %v; want n1 to fit", res.Error, res.FailedNodes, res.NodeNames)
+	}
+}
+
 // A cordon the filter cannot verify at the last moment (the read of the Node fails) is answered
 // with an error, which kube-scheduler retries after its backoff, not with a refusal, which would
 // park the pod until the next cluster event (the uncordon that woke it was that event).

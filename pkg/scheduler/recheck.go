@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 	"github.com/cardinal-gpu/cardinal/pkg/logging"
 	"github.com/cardinal-gpu/cardinal/pkg/scheduler/core"
 )
@@ -18,6 +19,11 @@ import (
 // unschedulable flush, five minutes later. So when no node fits a pod and some were refused for
 // cordoned cards, the mark that decides is read from the API server (a quorum read) and, where
 // it changed, applied before the pod is evaluated again.
+//
+// The informer may also deliver the change while the node is read, after the pod was decided on
+// the old mark: the read then agrees with the cache, and the filter decides the pod again because
+// the node's state changed since its verdict (Cache.Stale; TestCordonAndDrain under load, where the
+// retry kube-scheduler made on the uncordon was refused on the mark its own read had found gone).
 //
 // Every such call reads: a read skipped because the node was read a moment ago could be the one
 // that follows the uncordon (a rate limit of one read a second per node let a pod woken by a drain
@@ -62,6 +68,7 @@ func (s *Server) recheckCordons(ctx context.Context, nodes []string) (bool, erro
 			}
 			continue
 		}
+		s.log.V(4).Info("cordon recheck: read the node", logging.KeyNode, name, "resourceVersion", node.ResourceVersion, "cordons", len(annotations.CordonsOf(node.Annotations).ByUUID))
 		if s.cache.CordonsDiffer(node) {
 			s.log.V(2).Info("cordon recheck: the node's marks changed before the informer said so", logging.KeyNode, name)
 			s.cache.UpsertNode(node)

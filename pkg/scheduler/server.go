@@ -374,6 +374,11 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *ext
 		if !anyFits(verdicts) {
 			if cordoned := cordonRefused(names, verdicts); len(cordoned) > 0 {
 				changed, err := s.recheckCordons(ctx, cordoned)
+				if !changed && err == nil {
+					// The informer may have applied the change while the node was read: the cache
+					// then agrees with the read, and the verdicts rest on a state it no longer holds.
+					changed = s.cache.Stale(names, verdicts)
+				}
 				if changed {
 					verdicts = s.cache.Evaluate(args.Pod.UID, p, names, verdicts[:0])
 				} else if err != nil {
