@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
 )
@@ -317,6 +318,41 @@ func (o *Options) Drain(ctx context.Context, c CordonOptions) error {
 
 // evictAll evicts every pod of order (retrying those a budget protects) and waits for the evicted
 // ones to go, until c.Timeout.
+// evictFloor is the least time one eviction request is given, so that a drain whose deadline has
+// just passed still asks once more rather than report a refusal it did not hear.
+const evictFloor = 2 * time.Second
+
+// evict asks the Eviction API, once, to evict the pod (only this UID), within the drain's deadline.
+// The API server refuses an eviction a PodDisruptionBudget forbids with 429 and Retry-After: 10 s,
+// which client-go's typed client retries by itself up to ten times: one call outlasted the drain's
+// --timeout by a minute and a half (TestCordonAndDrain), and a deadline alone would end it with
+// "context deadline exceeded" instead of the budget's reason. So the request is made with no
+// retries of its own; drain's loop asks again every Poll until its deadline, and reports the reason
+// of the last refusal.
+func (o *Options) evict(ctx context.Context, deadline time.Time, ns, name string, uid types.UID) error {
+	ctx, cancel := context.WithDeadline(ctx, later(deadline, time.Now().Add(evictFloor)))
+	defer cancel()
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: name, Namespace: ns},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	}
+	policy := o.Client.PolicyV1()
+	if rc, ok := policy.RESTClient().(*rest.RESTClient); ok && rc != nil {
+		// The typed client's request (Evict), without its retries.
+		return rc.Post().AbsPath("/api/v1").Namespace(ns).Resource("pods").Name(name).SubResource("eviction").
+			Body(ev).MaxRetries(0).Do(ctx).Error()
+	}
+	return policy.Evictions(ns).Evict(ctx, ev) // a fake clientset has no REST client
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 func (o *Options) evictAll(ctx context.Context, cl *cluster, order []string, pods map[string]*DrainedPod, c CordonOptions) {
 	uids := map[string]types.UID{}
 	for i := range cl.pods {
@@ -330,11 +366,7 @@ func (o *Options) evictAll(ctx context.Context, cl *cluster, order []string, pod
 			ns, name, _ := strings.Cut(key, "/")
 			switch p.Result {
 			case "would-evict", "stayed":
-				uid := uids[key]
-				err := o.Client.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{
-					ObjectMeta:    metav1.ObjectMeta{Name: name, Namespace: ns},
-					DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
-				})
+				err := o.evict(ctx, deadline, ns, name, uids[key])
 				switch {
 				case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 					p.Result, p.Why = "evicting", ""

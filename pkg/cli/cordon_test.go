@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cardinal-gpu/cardinal/pkg/annotations"
@@ -126,5 +131,50 @@ func TestCordonDrainUncordon(t *testing.T) {
 	}
 	if _, errOut, code := runOn(cs, "cordon", "gpu-a", "0"); code == 0 || !strings.Contains(errOut, "--reason is required") {
 		t.Errorf("cordon without a reason: exit %d: %s", code, errOut)
+	}
+}
+
+// An eviction a budget refuses is answered 429 with Retry-After: 10 s, which client-go retries by
+// itself up to ten times. The request is bounded by the drain's deadline: against an API server
+// (httptest, speaking as kube-apiserver does) that refuses every eviction so, evict returns soon
+// after the deadline, with the refusal's reason, instead of after a minute and a half.
+func TestEvictEndsAtTheDrainsDeadline(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/pods/keep/eviction") {
+			http.NotFound(w, r)
+			return
+		}
+		asked.Add(1)
+		st := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10).ErrStatus
+		st.APIVersion, st.Kind = "v1", "Status"
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "10")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_ = json.NewEncoder(w).Encode(st)
+	}))
+	defer srv.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Client: cs}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- o.evict(context.Background(), start.Add(time.Second), "ml", "keep", "uid-1") }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("evict still running after 30 s (drain deadline 1 s, %d requests)", asked.Load())
+	}
+	took := time.Since(start)
+	if took > 5*time.Second {
+		t.Errorf("evict took %v with a drain deadline of 1 s (its floor is %v)", took.Round(time.Millisecond), evictFloor)
+	}
+	if err == nil || !strings.Contains(err.Error(), "disruption budget") {
+		t.Errorf("evict: %v, want the budget's refusal", err)
+	}
+	if asked.Load() < 1 {
+		t.Errorf("the API server was not asked")
 	}
 }
