@@ -18,6 +18,10 @@ const schedulerReadyTimeout = 60 * time.Second
 // defaultSchedulerConfig is used when StartScheduler gets no configuration.
 const defaultSchedulerConfig = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
 
+// SchedulerVerbosityEnv, when set, is kube-scheduler's --v (its queue's decisions log at 5), for a
+// failure whose cause is in kube-scheduler; with KeepLogsEnv the whole log outlives the test.
+const SchedulerVerbosityEnv = "CARDINAL_TESTBED_SCHEDULER_V"
+
 // StartScheduler starts kube-scheduler with config, a KubeSchedulerConfiguration in YAML (nil: the
 // default profile only), and waits until it is ready. The harness sets
 // clientConnection.kubeconfig to the admin kubeconfig and, unless config sets leaderElection,
@@ -44,15 +48,22 @@ func (c *Cluster) StartScheduler(t TB, config []byte) *Process {
 		t.Fatalf("kube-scheduler: %v", err)
 	}
 	port := strconv.Itoa(ports[0])
+	args := []string{
+		"--config=" + configPath,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + port,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--authentication-skip-lookup=true",
+	}
+	if v := os.Getenv(SchedulerVerbosityEnv); v != "" {
+		if _, err := strconv.Atoi(v); err != nil {
+			t.Fatalf("%s=%q: want a number (kube-scheduler's --v)", SchedulerVerbosityEnv, v)
+		}
+		args = append(args, "--v="+v)
+	}
 	p := c.startProcess(t, "kube-scheduler", func() (*exec.Cmd, error) {
-		return exec.Command(filepath.Join(c.bin, "kube-scheduler"),
-			"--config="+configPath,
-			"--bind-address=127.0.0.1",
-			"--secure-port="+port,
-			"--authentication-kubeconfig="+c.Kubeconfig,
-			"--authorization-kubeconfig="+c.Kubeconfig,
-			"--authentication-skip-lookup=true",
-		), nil
+		return exec.Command(filepath.Join(c.bin, "kube-scheduler"), args...), nil
 	})
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed serving cert; only /readyz is read
 	if err := c.waitHTTP(p, schedulerReadyTimeout, insecure, "https://127.0.0.1:"+port+"/readyz", ""); err != nil {

@@ -62,6 +62,9 @@ func DemoNodes() []NodeSpec {
 	return []NodeSpec{{Name: "node-a", Shares: 1}, {Name: "node-b", Shares: 8}, {Name: "node-c", Shares: 1}}
 }
 
+// VerbosityEnv, when set, raises the --v of Cardinal's binaries in every stack (Options.Verbosity).
+const VerbosityEnv = "CARDINAL_STACK_V"
+
 // Options configures Start.
 type Options struct {
 	// Root is the repository root (charts/cardinal, examples/).
@@ -75,7 +78,8 @@ type Options struct {
 	Nodes []NodeSpec
 	// NodePolicy and GPUPolicy are the extender's defaults; empty means binpack.
 	NodePolicy, GPUPolicy annotations.Policy
-	// Verbosity is the --v of Cardinal's binaries.
+	// Verbosity is the --v of Cardinal's binaries ($CARDINAL_STACK_V raises it, for a failure that
+	// needs their decisions logged).
 	Verbosity int
 	// HealthRecovery is the plugin's --health-recovery-interval; 0 means 2s, so a card marked
 	// healthy again in the file recovers quickly.
@@ -245,7 +249,15 @@ func Start(t cluster.TB, o Options) *Stack {
 		t.Fatalf("the chart's scheduler configuration: %v", err)
 	}
 
-	logArgs := []string{"--v=" + strconv.Itoa(o.Verbosity), "--log-format=console"}
+	verbosity := o.Verbosity
+	if v := os.Getenv(VerbosityEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("%s=%q: want a number (the --v of Cardinal's binaries)", VerbosityEnv, v)
+		}
+		verbosity = max(verbosity, n)
+	}
+	logArgs := []string{"--v=" + strconv.Itoa(verbosity), "--log-format=console"}
 	extKubeconfig, err := s.tokenKubeconfig(ctx, "extender", accounts.scheduler, nil)
 	if err != nil {
 		t.Fatalf("extender credentials: %v", err)
