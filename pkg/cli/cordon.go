@@ -316,8 +316,6 @@ func (o *Options) Drain(ctx context.Context, c CordonOptions) error {
 	return nil
 }
 
-// evictAll evicts every pod of order (retrying those a budget protects) and waits for the evicted
-// ones to go, until c.Timeout.
 // evictFloor is the least time one eviction request is given, so that a drain whose deadline has
 // just passed still asks once more rather than report a refusal it did not hear.
 const evictFloor = 2 * time.Second
@@ -353,6 +351,8 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// evictAll evicts every pod of order (retrying those a budget protects) and waits for the evicted
+// ones to go, until c.Timeout.
 func (o *Options) evictAll(ctx context.Context, cl *cluster, order []string, pods map[string]*DrainedPod, c CordonOptions) {
 	uids := map[string]types.UID{}
 	for i := range cl.pods {

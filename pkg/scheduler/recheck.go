@@ -68,7 +68,9 @@ func (s *Server) recheckCordons(ctx context.Context, nodes []string) (bool, erro
 			}
 			continue
 		}
-		s.log.V(4).Info("cordon recheck: read the node", logging.KeyNode, name, "resourceVersion", node.ResourceVersion, "cordons", len(annotations.CordonsOf(node.Annotations).ByUUID))
+		if log := s.log.V(4); log.Enabled() {
+			log.Info("cordon recheck: read the node", logging.KeyNode, name, "resourceVersion", node.ResourceVersion, "cordons", len(annotations.CordonsOf(node.Annotations).ByUUID))
+		}
 		if s.cache.CordonsDiffer(node) {
 			s.log.V(2).Info("cordon recheck: the node's marks changed before the informer said so", logging.KeyNode, name)
 			s.cache.UpsertNode(node)
